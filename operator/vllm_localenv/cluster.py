@@ -1,0 +1,621 @@
+"""The local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok, all on 127.0.0.1, with fake GPU nodes.
+
+Built by scripts/build-control-plane.sh; started and stopped here. The state directory holds
+the PKI, the admin kubeconfig, logs, etcd's data and `cluster.json`, which records the
+processes this module started (pid plus kernel start time), so `down` only ever signals
+processes it started itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vllm_localenv import pki
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# outside the clone, so every checkout and CI run on this machine shares one build
+DEFAULT_CACHE = Path(
+    os.environ.get("VLLM_OPERATOR_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-operator"
+)
+DEFAULT_BIN_DIR = DEFAULT_CACHE / "bin"
+
+
+def pinned_versions() -> dict[str, str]:
+    """The pins in scripts/versions.env (one source for the build scripts and this code)."""
+    pins = {}
+    for line in (REPO_ROOT / "scripts" / "versions.env").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            pins[key.strip()] = value.strip()
+    return pins
+
+
+DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "cluster"
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+# The controllers users of the operator rely on; everything else stays off to save CPU.
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "horizontal-pod-autoscaler-controller",
+    "disruption-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "node-lifecycle-controller",  # lifts the not-ready taint the apiserver puts on new nodes
+    "endpointslice-controller",
+)
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+class ClusterError(RuntimeError):
+    """A failure a person can act on; the message names the cause."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int = 23790
+    etcd_peer: int = 23800
+    apiserver: int = 16443
+    kwok: int = 10247
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Four ports the kernel says are free now (for test clusters next to a dev cluster)."""
+        socks = []
+        try:
+            for _ in range(4):
+                s = socket.socket()
+                s.bind(("127.0.0.1", 0))
+                socks.append(s)
+            nums = [s.getsockname()[1] for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+        return cls(*nums)
+
+    def named(self) -> dict[str, int]:
+        return {
+            "etcd client": self.etcd_client,
+            "etcd peer": self.etcd_peer,
+            "kube-apiserver": self.apiserver,
+            "kwok": self.kwok,
+        }
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    name: str
+    gpus: int = 8
+    product: str = "NVIDIA-H100-80GB-HBM3"
+    cpu: str = "96"
+    memory: str = "1000Gi"
+
+
+DEFAULT_NODES = (GpuNode("gpu-node-0"), GpuNode("gpu-node-1"))
+
+
+@dataclass
+class _Proc:
+    name: str
+    pid: int
+    start_ticks: int
+    exe: str
+
+
+@dataclass
+class _State:
+    ports: Ports
+    procs: list[_Proc] = field(default_factory=list)
+
+    def dump(self) -> str:
+        return json.dumps({"ports": asdict(self.ports), "procs": [asdict(p) for p in self.procs]})
+
+    @classmethod
+    def load(cls, text: str) -> _State:
+        raw = json.loads(text)
+        return cls(Ports(**raw["ports"]), [_Proc(**p) for p in raw["procs"]])
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None when it no longer exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces; fields after the last ')' are fixed
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _is_ours(proc: _Proc) -> bool:
+    """True only when pid still names the very process we started (pids get reused)."""
+    if _start_ticks(proc.pid) != proc.start_ticks:
+        return False
+    with contextlib.suppress(OSError):
+        return str(Path(f"/proc/{proc.pid}/exe").readlink()) == proc.exe
+    return False
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        # like the servers themselves: connections lingering in TIME_WAIT do not block a bind
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class LocalCluster:
+    """One local control plane living in `state_dir`."""
+
+    def __init__(
+        self,
+        state_dir: Path = DEFAULT_STATE_DIR,
+        bin_dir: Path = DEFAULT_BIN_DIR,
+        ports: Ports | None = None,
+        nodes: tuple[GpuNode, ...] = DEFAULT_NODES,
+    ) -> None:
+        self.state_dir = state_dir
+        self.bin_dir = bin_dir
+        self.nodes = nodes
+        self._ports = ports
+        self._started: list[tuple[_Proc, subprocess.Popen[bytes]]] = []
+
+    # ---- paths -------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.state_dir / "cluster.json"
+
+    @property
+    def ports(self) -> Ports:
+        state = self._read_state()
+        if state is not None:
+            return state.ports
+        return self._ports or Ports()
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    # ---- state -------------------------------------------------------------------------
+    def _read_state(self) -> _State | None:
+        try:
+            return _State.load(self._state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ClusterError(f"{self._state_file} is unreadable ({exc}); run `reset`") from exc
+
+    def running(self) -> dict[str, bool]:
+        """Which recorded components are still alive (empty when nothing was started)."""
+        state = self._read_state()
+        if state is None:
+            return {}
+        return {p.name: _is_ours(p) for p in state.procs}
+
+    # ---- up ----------------------------------------------------------------------------
+    def up(self, timeout: float = 120.0, log: Callable[[str], None] = lambda _m: None) -> bool:
+        """Starts the cluster; returns False (and starts nothing) when it is already running."""
+        alive = self.running()
+        if alive and all(alive.values()) and len(alive) == len(COMPONENTS):
+            return False
+        if any(alive.values()):
+            dead = ", ".join(n for n, ok in alive.items() if not ok) or "some components"
+            raise ClusterError(
+                f"a local cluster in {self.state_dir} is partly running ({dead} exited); "
+                "run `down` first (it stops only what it started)"
+            )
+        self._check_binaries()
+        ports = self._ports or Ports()
+        for what, port in ports.named().items():
+            if _port_in_use(port):
+                raise ClusterError(
+                    f"port {port} on 127.0.0.1 ({what}) is already in use by another process; "
+                    "stop that process or choose other ports (VLLM_LOCALENV_PORTS=free)"
+                )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        if not (self.pki_dir / "ca.crt").exists():
+            pki.generate(self.pki_dir)
+        self._write_kubeconfig(ports)
+        state = _State(ports)
+        self._ports = ports
+        deadline = time.monotonic() + timeout
+        try:
+            self._start_etcd(state, deadline)
+            log("etcd ready")
+            self._start_apiserver(state, deadline)
+            log("kube-apiserver ready")
+            self._start_rest(state)
+            self._register_nodes()
+            self._wait_ready(deadline)
+            log("controller-manager, scheduler, kwok ready; GPU nodes Ready")
+        except BaseException:
+            self._kill([p for p, _ in self._started])
+            self._state_file.unlink(missing_ok=True)
+            raise
+        return True
+
+    def _check_binaries(self) -> None:
+        missing = [c for c in COMPONENTS if not (self.bin_dir / c).is_file()]
+        if missing:
+            raise ClusterError(
+                f"missing binaries in {self.bin_dir}: {', '.join(missing)}; "
+                "build them with `make control-plane` (scripts/build-control-plane.sh)"
+            )
+
+    def _spawn(self, state: _State, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        exe = str(self.bin_dir / name)
+        logf = (self.log_dir / f"{name}.log").open("ab")
+        # its own session: a Ctrl-C in the terminal that ran `up` does not kill the cluster
+        proc = subprocess.Popen(
+            [exe, *args],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.state_dir,
+        )
+        logf.close()
+        ticks = _start_ticks(proc.pid)
+        rec = _Proc(name, proc.pid, ticks or 0, os.path.realpath(exe))
+        self._started.append((rec, proc))
+        state.procs.append(rec)
+        self._state_file.write_text(state.dump())
+        return proc
+
+    def _wait(
+        self, name: str, proc: subprocess.Popen[bytes], check: Callable[[], bool], deadline: float
+    ) -> None:
+        while True:
+            if proc.poll() is not None:
+                raise ClusterError(
+                    f"{name} exited with code {proc.returncode} during start-up; "
+                    f"last lines of {self.log_dir / (name + '.log')}:\n"
+                    f"{_tail(self.log_dir / f'{name}.log')}"
+                )
+            with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+                if check():
+                    return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"{name} did not become ready in time; last lines of its log:\n"
+                    f"{_tail(self.log_dir / f'{name}.log')}"
+                )
+            time.sleep(0.2)
+
+    def _start_etcd(self, state: _State, deadline: float) -> None:
+        p = state.ports
+        peer = f"http://127.0.0.1:{p.etcd_peer}"
+        client = f"http://127.0.0.1:{p.etcd_client}"
+        proc = self._spawn(
+            state,
+            "etcd",
+            [
+                "--name=local",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=local={peer}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=2147483648",
+                "--log-level=warn",
+            ],
+        )
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{client}/health", timeout=2) as r:  # noqa: S310
+                return bool(json.load(r).get("health") == "true")
+
+        self._wait("etcd", proc, healthy, deadline)
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        return ctx
+
+    def get(self, path: str, timeout: float = 5) -> bytes:
+        """GET an apiserver path as the admin (for health checks and metrics)."""
+        with urllib.request.urlopen(  # noqa: S310 (https to our own loopback apiserver)
+            f"{self.server}{path}", context=self._ssl(), timeout=timeout
+        ) as r:
+            return bytes(r.read())
+
+    def _start_apiserver(self, state: _State, deadline: float) -> None:
+        k = self.pki_dir
+        proc = self._spawn(
+            state,
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{state.ports.etcd_client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={state.ports.apiserver}",
+                f"--tls-cert-file={k / 'apiserver.crt'}",
+                f"--tls-private-key-file={k / 'apiserver.key'}",
+                f"--client-ca-file={k / 'ca.crt'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={k / 'sa.pub'}",
+                f"--service-account-signing-key-file={k / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._wait("kube-apiserver", proc, lambda: self.get("/readyz", 2) == b"ok", deadline)
+
+    def _start_rest(self, state: _State) -> None:
+        kc = str(self.kubeconfig)
+        k = self.pki_dir
+        self._spawn(
+            state,
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={kc}",
+                "--leader-elect=false",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={k / 'sa.key'}",
+                f"--root-ca-file={k / 'ca.crt'}",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                # quicker feedback than the 15 s default; still far below a user's scale-down window
+                "--horizontal-pod-autoscaler-sync-period=5s",
+                "--v=1",
+            ],
+        )
+        self._spawn(
+            state,
+            "kube-scheduler",
+            [
+                f"--kubeconfig={kc}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--v=1",
+            ],
+        )
+        self._spawn(
+            state,
+            "kwok",
+            [
+                f"--kubeconfig={kc}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                f"--server-address=127.0.0.1:{state.ports.kwok}",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=127.0.0.1",
+                f"--config={self._kwok_stages()}",
+            ],
+        )
+
+    def _kwok_stages(self) -> Path:
+        """kwok v0.8 needs stage definitions: upstream's 'fast' node and pod stages plus the
+        node heartbeat (the lease variant would also need --node-lease-duration-seconds)."""
+        stages = self.bin_dir / "kwok-stages"
+        wanted = [
+            path
+            for folder in ("node/fast", "node/heartbeat", "pod/fast")
+            for path in sorted((stages / folder).glob("*.yaml"))
+            if path.name != "kustomization.yaml"
+        ]
+        if not wanted:
+            raise ClusterError(f"no kwok stage files under {stages}; rerun `make control-plane`")
+        out = self.state_dir / "kwok-stages.yaml"
+        out.write_text("\n---\n".join(p.read_text() for p in wanted))
+        return out
+
+    def _write_kubeconfig(self, ports: Ports) -> None:
+        k = self.pki_dir
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "vllm-local",
+            "clusters": [
+                {
+                    "name": "vllm-local",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{ports.apiserver}",
+                        "certificate-authority": str(k / "ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate": str(k / "admin.crt"),
+                        "client-key": str(k / "admin.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "vllm-local", "context": {"cluster": "vllm-local", "user": "admin"}}
+            ],
+        }
+        self.kubeconfig.write_text(json.dumps(cfg, indent=2))
+        self.kubeconfig.chmod(0o600)
+
+    # ---- nodes -------------------------------------------------------------------------
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        """Runs the pinned kubectl against this cluster and returns stdout."""
+        res = subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and res.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
+        return res.stdout
+
+    def _register_nodes(self) -> None:
+        docs = []
+        for n in self.nodes:
+            resources = {
+                "cpu": n.cpu,
+                "memory": n.memory,
+                "pods": "110",
+                "ephemeral-storage": "2Ti",
+                GPU_RESOURCE: str(n.gpus),
+            }
+            docs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": n.name,
+                        "annotations": {
+                            KWOK_NODE_ANNOTATION: "fake",
+                            "node.alpha.kubernetes.io/ttl": "0",
+                        },
+                        "labels": {
+                            "kubernetes.io/hostname": n.name,
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64",
+                            "type": "kwok",
+                            GPU_PRODUCT_LABEL: n.product,
+                            "nvidia.com/gpu.count": str(n.gpus),
+                            "nvidia.com/gpu.present": "true",
+                        },
+                    },
+                    "status": {
+                        "capacity": resources,
+                        "allocatable": resources,
+                    },
+                }
+            )
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
+        )
+
+    def _wait_ready(self, deadline: float) -> None:
+        procs = {p.name: proc for p, proc in self._started}
+
+        def nodes_ready() -> bool:
+            """Ready, and the apiserver's not-ready taint lifted, so pods can schedule."""
+            out = json.loads(self.kubectl("get", "nodes", "-o", "json"))
+            ready = set()
+            for item in out["items"]:
+                conds = {c["type"]: c["status"] for c in item["status"].get("conditions", [])}
+                taints = [t["key"] for t in item["spec"].get("taints", [])]
+                if conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints:
+                    ready.add(item["metadata"]["name"])
+            return {n.name for n in self.nodes} <= ready
+
+        def default_sa() -> bool:  # proves the controller-manager is working
+            return (
+                self.kubectl(
+                    "get", "serviceaccount", "default", "-n", "default", "-o", "name", check=False
+                ).strip()
+                != ""
+            )
+
+        for name, check in (("kwok", nodes_ready), ("kube-controller-manager", default_sa)):
+            self._wait(name, procs[name], check, deadline)
+        if procs["kube-scheduler"].poll() is not None:
+            self._wait("kube-scheduler", procs["kube-scheduler"], lambda: False, deadline)
+
+    # ---- down / reset --------------------------------------------------------------------
+    def _kill(self, procs: list[_Proc], grace: float = 10.0) -> None:
+        mine = [p for p in reversed(procs) if _is_ours(p)]
+        for p in mine:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGTERM)
+        end = time.monotonic() + grace
+        for p in mine:
+            while _is_ours(p) and time.monotonic() < end:
+                self._reap(p.pid)
+                time.sleep(0.1)
+            if _is_ours(p):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+            self._reap(p.pid)
+
+    @staticmethod
+    def _reap(pid: int) -> None:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+    def down(self) -> list[str]:
+        """Stops exactly the processes recorded as started here; returns their names."""
+        state = self._read_state()
+        if state is None:
+            return []
+        stopped = [p.name for p in state.procs if _is_ours(p)]
+        self._kill(state.procs)
+        self._state_file.unlink(missing_ok=True)
+        self._started.clear()
+        return stopped
+
+    def reset(self) -> None:
+        """Stops the cluster and deletes its state (PKI, etcd data, logs)."""
+        self.down()
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+
+    # ---- helpers for tests -------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bin_dir}:{os.environ['PATH']}"}
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[LocalCluster]:
+        """Starts the cluster unless running and stops it at the end if this started it."""
+        started = self.up()
+        try:
+            yield self
+        finally:
+            if started:
+                self.down()

@@ -1,0 +1,59 @@
+"""Session fixtures: the real local control plane and a real vLLM server on CPU.
+
+The cluster is started once per session in .state/test-cluster on free ports (so it never
+collides with a developer's `make cluster-up`), each test gets a fresh namespace, and the
+cluster is stopped at the end. The vLLM server is started once for the `vllm` tests.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
+from vllm_localenv.vllm_server import VllmServer, tiny_model
+
+TEST_STATE_DIR = REPO_ROOT / ".state" / "test-cluster"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    probe = LocalCluster(state_dir=TEST_STATE_DIR)
+    if probe.running() and not all(probe.running().values()):
+        probe.down()  # leftovers of an interrupted run: only processes that run started
+    existing = probe.running()
+    lc = LocalCluster(state_dir=TEST_STATE_DIR, ports=None if existing else Ports.free())
+    with lc.session():
+        yield lc
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: LocalCluster) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    return tiny_model()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    server = VllmServer(model=tiny_model_dir, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log")
+    with server.running():
+        yield server

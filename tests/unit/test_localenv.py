@@ -1,0 +1,48 @@
+"""Pure pieces of the local environment: PKI, process identity, pins."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509.oid import ExtensionOID, NameOID
+
+from vllm_localenv import pki
+from vllm_localenv.cluster import Ports, _is_ours, _Proc, _start_ticks, pinned_versions
+
+
+def test_pki_issues_certificates_signed_by_the_ca(tmp_path: Path) -> None:
+    pki.generate(tmp_path)
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+    serving = x509.load_pem_x509_certificate((tmp_path / "apiserver.crt").read_bytes())
+    admin = x509.load_pem_x509_certificate((tmp_path / "admin.crt").read_bytes())
+    serving.verify_directly_issued_by(ca)
+    admin.verify_directly_issued_by(ca)
+    sans = serving.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+    assert "kubernetes.default.svc" in sans.get_values_for_type(x509.DNSName)
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "10.0.0.1"]
+    orgs = admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    assert [o.value for o in orgs] == ["system:masters"]
+    assert oct((tmp_path / "ca.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_process_identity_needs_pid_start_time_and_binary() -> None:
+    me = _Proc("me", os.getpid(), _start_ticks(os.getpid()) or -1, os.path.realpath(sys.executable))
+    assert _is_ours(me)
+    assert not _is_ours(_Proc("me", me.pid, me.start_ticks + 1, me.exe))  # pid reused
+    assert not _is_ours(_Proc("me", me.pid, me.start_ticks, "/usr/bin/other"))
+    assert _start_ticks(2**22 + 12345) is None
+
+
+def test_free_ports_are_distinct() -> None:
+    ports = Ports.free()
+    assert len(set(ports.named().values())) == 4
+
+
+def test_pins() -> None:
+    pins = pinned_versions()
+    assert pins["K8S_VERSION"].startswith("1.")
+    assert int(pins["K8S_VERSION"].split(".")[1]) >= 36
+    assert pins["ETCD_VERSION"].startswith("3.6.")
