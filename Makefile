@@ -50,6 +50,14 @@ cluster-reset: venv ## stop the local cluster and delete its state
 demo: setup ## the main job: bring up the local cluster and show its GPU nodes
 	scripts/demo.sh
 
+.PHONY: generate
+generate: venv ## regenerate the CRD from the pydantic models (crds/ and the chart)
+	$(PY) -m vllm_operator.crdgen crds/vllmservices.yaml
+
+.PHONY: check-generated
+check-generated: generate ## fail when generated files differ from what is committed
+	git diff --exit-code -- crds/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
+
 .PHONY: lint
 lint: venv ## ruff and mypy --strict
 	$(VENV)/bin/ruff check operator tests

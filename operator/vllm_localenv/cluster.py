@@ -607,6 +607,22 @@ class LocalCluster:
             shutil.rmtree(self.state_dir)
 
     # ---- helpers for tests -------------------------------------------------------------
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """A kubeconfig that authenticates as a ServiceAccount (a TokenRequest token), so a
+        process runs with exactly that account's RBAC instead of as cluster admin."""
+        token = self.kubectl("create", "token", name, "-n", namespace, "--duration=24h").strip()
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": name,
+            "clusters": [{"name": "vllm-local", "cluster": {
+                "server": self.server, "certificate-authority": str(self.pki_dir / "ca.crt")}}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": name, "context": {"cluster": "vllm-local", "user": name,
+                                                     "namespace": namespace}}],
+        }
+        path.write_text(json.dumps(cfg, indent=2))
+        path.chmod(0o600)
+        return path
+
     def env(self) -> dict[str, str]:
         return {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bin_dir}:{os.environ['PATH']}"}
 

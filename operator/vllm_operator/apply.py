@@ -1,0 +1,229 @@
+"""Step 3 of the flow (apply): the one module that writes to the Kubernetes API.
+
+Children are written with server-side apply (field manager from the settings, force=true:
+the operator is the authority on the fields it renders). Before writing, the live object is
+read and compared: when it already carries every rendered field, nothing is written, so a
+resync where nothing changed makes zero write calls. Children that are no longer rendered are
+deleted (only ones this service controls). 404 and 409 are handled explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+
+from vllm_operator import API_VERSION, PLURAL
+from vllm_operator.render.meta import SERVICE_LABEL
+from vllm_operator.settings import OperatorSettings
+
+PLURALS = {
+    ("apps/v1", "Deployment"): "deployments",
+    ("v1", "Service"): "services",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("batch/v1", "Job"): "jobs",
+    ("v1", "Pod"): "pods",
+    (API_VERSION, "VLLMService"): PLURAL,
+}
+# Children whose existence depends on the spec; pruned when no longer rendered.
+PRUNABLE = (("autoscaling/v2", "HorizontalPodAutoscaler"), ("policy/v1", "PodDisruptionBudget"))
+
+
+class ApplyError(RuntimeError):
+    """The API server refused a write; `permanent` when retrying cannot help (422)."""
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{PLURALS[(api_version, kind)]}"
+    return f"{path}/{name}" if name else path
+
+
+def _quantity(value: str) -> Decimal | None:
+    try:
+        return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
+    except (ValueError, InvalidOperation, TypeError):
+        return None
+
+
+def covers(desired: object, live: object) -> bool:  # noqa: PLR0911
+    """True when `live` already carries every field of `desired` (the API server may add
+    defaults; it may also re-spell quantities, e.g. 1000m -> 1)."""
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(
+            k in live and covers(v, live[k]) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        if not isinstance(live, list):
+            return False
+        if desired and all(isinstance(d, dict) and "name" in d for d in desired):
+            by_name = {item.get("name"): item for item in live if isinstance(item, dict)}
+            return all(d["name"] in by_name and covers(d, by_name[d["name"]]) for d in desired)
+        return len(desired) == len(live) and all(
+            covers(d, x) for d, x in zip(desired, live, strict=True)
+        )
+    if desired == live:
+        return True
+    if isinstance(desired, str) and isinstance(live, str | int):
+        q1, q2 = _quantity(desired), _quantity(str(live))
+        return q1 is not None and q1 == q2
+    return False
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str
+    name: str
+    action: str  # "created", "updated", "deleted"
+
+
+class Writer:
+    """Reads and writes through one ApiClient; counts its writes (for tests and benchmarks)."""
+
+    def __init__(self, api: client.ApiClient, settings: OperatorSettings) -> None:
+        self.api = api
+        self.settings = settings
+        self.writes = 0
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One HTTP call; non-2xx answers raise ApiException with the server's message."""
+        method, url, headers, payload, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,  # the REST client serialises dicts for JSON and apply-patch+yaml
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(
+            method, url, header_params=headers, body=payload, _request_timeout=30
+        )
+        data = resp.read()  # type: ignore[no-untyped-call]
+        if not 200 <= resp.status <= 299:
+            raise ApiException(
+                status=resp.status,
+                reason=resp.reason,
+                body=data.decode(errors="replace") if data else None,
+            )
+        return dict(json.loads(data)) if data else {}
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", _path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_children(
+        self, api_version: str, kind: str, namespace: str, selector: str
+    ) -> list[dict[str, Any]]:
+        out = self._call(
+            "GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)]
+        )
+        return list(out.get("items", []))
+
+    def apply(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Change | None:
+        """Server-side apply `desired` unless `live` (read here when not given) covers it."""
+        meta = desired["metadata"]
+        api_version, kind = desired["apiVersion"], desired["kind"]
+        if live is None:
+            live = self.get(api_version, kind, meta["namespace"], meta["name"])
+        if live is not None and covers(desired, live):
+            return None
+        try:
+            self.writes += 1
+            self._call(
+                "PATCH",
+                _path(api_version, kind, meta["namespace"], meta["name"]),
+                body=desired,
+                query=[("fieldManager", self.settings.field_manager), ("force", "true")],
+                content_type="application/apply-patch+yaml",
+            )
+        except ApiException as exc:
+            reason = _reason(exc)
+            if exc.status == 409:  # conflict despite force: a concurrent delete; retry soon
+                raise ApplyError(
+                    f"{kind} {meta['name']}: conflict: {reason}", permanent=False
+                ) from exc
+            raise ApplyError(
+                f"{kind} {meta['name']}: {reason}", permanent=exc.status in (400, 422)
+            ) from exc
+        return Change(kind, meta["name"], "created" if live is None else "updated")
+
+    def prune(
+        self, namespace: str, service: str, owner_uid: str, keep: set[tuple[str, str]]
+    ) -> list[Change]:
+        """Deletes children of `service` of the prunable kinds that were not rendered."""
+        changes = []
+        for api_version, kind in PRUNABLE:
+            for item in self.list_children(
+                api_version, kind, namespace, f"{SERVICE_LABEL}={service}"
+            ):
+                name = item["metadata"]["name"]
+                owners = item["metadata"].get("ownerReferences", [])
+                if (kind, name) in keep or not any(o.get("uid") == owner_uid for o in owners):
+                    continue
+                if self.delete(api_version, kind, namespace, name):
+                    changes.append(Change(kind, name, "deleted"))
+        return changes
+
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        propagation: str = "Background",
+    ) -> bool:
+        try:
+            self.writes += 1
+            self._call(
+                "DELETE",
+                _path(api_version, kind, namespace, name),
+                body={"propagationPolicy": propagation},
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replaces the service's status (merge patch on the status subresource)."""
+        try:
+            self.writes += 1
+            self._call(
+                "PATCH",
+                _path(API_VERSION, "VLLMService", namespace, name) + "/status",
+                body={"status": status},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # deleted meanwhile: nothing left to report on
+                return
+            raise ApplyError(f"status of {name}: {_reason(exc)}", permanent=False) from exc
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "").get("message", exc.reason))
+    except (TypeError, ValueError):
+        return str(exc.reason)

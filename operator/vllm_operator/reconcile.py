@@ -1,0 +1,129 @@
+"""The pipeline: parse -> render -> apply -> observe -> status. One idempotent function."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from vllm_operator.apply import Change, Writer
+from vllm_operator.observe import observe
+from vllm_operator.render.autoscaling import render_hpa, render_pdb
+from vllm_operator.render.deployment import render_deployment
+from vllm_operator.render.service import render_service
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
+from vllm_operator.status import compute_status, invalid_spec_status
+
+
+class InvalidSpecError(ValueError):
+    """The spec passed the schema but not the operator's own checks; retrying cannot help."""
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    changes: tuple[Change, ...] = ()
+    events: tuple[Event, ...] = field(default_factory=tuple)
+    ready: bool = False
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def describe(error: ValidationError) -> str:
+    """pydantic errors as `spec.field.path: message`, one per line, for status and events."""
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or True)
+        parts.append(f"spec.{loc}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
+
+
+def render_children(
+    svc: Service, settings: OperatorSettings, live_replicas: int | None
+) -> list[dict[str, Any]]:
+    rendered = [
+        render_deployment(svc, settings, live_replicas),
+        render_service(svc, settings),
+        render_hpa(svc, settings),
+        render_pdb(svc, settings),
+    ]
+    return [m for m in rendered if m is not None]
+
+
+def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch turning `old` into `new` (null removes fields that went away)."""
+    return {**dict.fromkeys(k for k in old if k not in new), **new}
+
+
+def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) -> Outcome:
+    meta = body["metadata"]
+    old_status = dict(body.get("status") or {})
+    try:
+        svc = Service.from_body(body)
+    except ValidationError as exc:
+        message = describe(exc)
+        status = invalid_spec_status(old_status, meta.get("generation", 1), message, _now())
+        if status != old_status:
+            writer.patch_status(meta["namespace"], meta["name"], _status_patch(old_status, status))
+        raise InvalidSpecError(message) from exc
+
+    live_dep = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
+    live_replicas = (live_dep or {}).get("spec", {}).get("replicas")
+    desired = render_children(svc, settings, live_replicas)
+    changes: list[Change] = []
+    for manifest in desired:
+        live = live_dep if manifest["kind"] == "Deployment" else None
+        change = writer.apply(manifest, live=live) if live is not None else writer.apply(manifest)
+        if change is not None:
+            changes.append(change)
+    keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
+    changes += writer.prune(svc.namespace, svc.name, svc.uid, keep)
+
+    observed = observe(writer, svc)
+    status = compute_status(svc, observed, old_status, settings, _now())
+    if status != old_status:
+        writer.patch_status(svc.namespace, svc.name, _status_patch(old_status, status))
+    return Outcome(
+        tuple(changes),
+        tuple(_events(old_status, status, changes)),
+        ready=_cond(status, "Ready") == "True",
+    )
+
+
+def _cond(status: dict[str, Any], kind: str) -> str | None:
+    for c in status.get("conditions", []):
+        if c.get("type") == kind:
+            return str(c.get("status"))
+    return None
+
+
+def _events(old: dict[str, Any], new: dict[str, Any], changes: list[Change]) -> list[Event]:
+    events = [
+        Event("Normal", f"{c.kind}{c.action.capitalize()}", f"{c.kind} {c.name} {c.action}")
+        for c in changes
+    ]
+    before = {c["type"]: c for c in old.get("conditions", [])}
+    for c in new.get("conditions", []):
+        prev = before.get(c["type"])
+        if (
+            prev is not None
+            and prev.get("status") == c["status"]
+            and prev.get("reason") == c["reason"]
+        ):
+            continue
+        if c["type"] == "Ready" and c["status"] == "True":
+            events.append(Event("Normal", "Ready", c["message"]))
+        elif c["type"] == "Degraded" and c["status"] == "True":
+            events.append(Event("Warning", c["reason"], c["message"]))
+    return events

@@ -1,0 +1,70 @@
+"""The HorizontalPodAutoscaler on per-pod queue depth, and the PodDisruptionBudget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_operator.render.meta import metadata, selector_labels
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
+
+
+def render_hpa(svc: Service, settings: OperatorSettings) -> dict[str, Any] | None:
+    a = svc.spec.autoscaling
+    if not a.enabled:
+        return None
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(svc),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc.name},
+            "minReplicas": a.min_replicas,
+            "maxReplicas": a.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": a.metric_name},
+                        "target": {
+                            "type": "AverageValue",
+                            "averageValue": str(a.target_queue_depth),
+                        },
+                    },
+                }
+            ],
+            "behavior": {
+                "scaleDown": {
+                    "stabilizationWindowSeconds": a.scale_down_stabilization_seconds,
+                    # one replica at a time: a vLLM pod holds GPUs and a warm KV cache
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    "selectPolicy": "Max",
+                },
+                "scaleUp": {
+                    "stabilizationWindowSeconds": a.scale_up_stabilization_seconds,
+                    "policies": [
+                        {"type": "Pods", "value": 4, "periodSeconds": 60},
+                        {"type": "Percent", "value": 100, "periodSeconds": 60},
+                    ],
+                    "selectPolicy": "Max",
+                },
+            },
+        },
+    }
+
+
+def desired_floor(svc: Service) -> int:
+    """The replica count the service runs at least (what the PDB protects)."""
+    a = svc.spec.autoscaling
+    return a.min_replicas if a.enabled else svc.spec.replicas
+
+
+def render_pdb(svc: Service, settings: OperatorSettings) -> dict[str, Any] | None:
+    if desired_floor(svc) <= 1:
+        return None  # a PDB on one replica would block node drains forever
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(svc),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(svc)}},
+    }

@@ -1,0 +1,277 @@
+"""The GPU Deployment running vLLM's OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from vllm_operator.render.meta import labels, metadata, selector_labels
+from vllm_operator.render.service import PORT_NAME
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service, VLLMServiceSpec
+
+CONTAINER = "vllm"
+MODEL_PVC_MOUNT = "/models"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def model_argument(spec: VLLMServiceSpec) -> str:
+    m = spec.model
+    if m.pvc is not None:
+        return (
+            f"{MODEL_PVC_MOUNT}/{m.pvc.sub_path.strip('/')}" if m.pvc.sub_path else MODEL_PVC_MOUNT
+        )
+    return m.id or m.path or MODEL_PVC_MOUNT
+
+
+def server_args(spec: VLLMServiceSpec) -> list[str]:
+    """vLLM server arguments, in a fixed order so the pod template hash is stable."""
+    e = spec.engine
+    args = [
+        "--model",
+        model_argument(spec),
+        "--served-model-name",
+        spec.served_model_name,
+        "--host",
+        "0.0.0.0",  # noqa: S104 (inside the pod; the Service is the way in)
+        "--port",
+        str(spec.port),
+        "--tensor-parallel-size",
+        str(e.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        repr(e.gpu_memory_utilization),
+        "--dtype",
+        e.dtype,
+        "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]
+    optional: list[tuple[str, object | None]] = [
+        ("--revision", spec.model.revision),
+        ("--max-model-len", e.max_model_len),
+        ("--block-size", e.block_size),
+        ("--max-num-seqs", e.max_num_seqs),
+        ("--swap-space", e.swap_space),
+        ("--quantization", e.quantization),
+        ("--kv-cache-dtype", None if e.kv_cache_dtype == "auto" else e.kv_cache_dtype),
+    ]
+    args += [part for flag, value in optional if value is not None for part in (flag, str(value))]
+    if e.speculative_config is not None:
+        args += [
+            "--speculative-config",
+            json.dumps(e.speculative_config, sort_keys=True, separators=(",", ":")),
+        ]
+    if e.enforce_eager:
+        args.append("--enforce-eager")
+    if e.log_requests:
+        args.append("--enable-log-requests")
+    return args + list(e.extra_args)
+
+
+def _env(spec: VLLMServiceSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    if spec.model_cache.type != "None":
+        env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
+    if spec.hugging_face_token is not None:
+        ref = spec.hugging_face_token
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    if spec.api_key is not None:
+        ref = spec.api_key
+        env.append(
+            {
+                "name": "VLLM_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+            }
+        )
+    for var in spec.env:
+        item: dict[str, Any] = {"name": var.name}
+        if var.value is not None:
+            item["value"] = var.value
+        if var.value_from is not None:
+            item["valueFrom"] = copy.deepcopy(var.value_from)
+        env.append(item)
+    return env
+
+
+def _resources(spec: VLLMServiceSpec) -> dict[str, Any]:
+    r = spec.resources
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if r.gpus:
+        requests[r.gpu_resource_name] = limits[r.gpu_resource_name] = str(r.gpus)
+    if r.cpu:
+        requests["cpu"] = r.cpu
+    if r.memory:
+        requests["memory"] = limits["memory"] = r.memory
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _volumes(spec: VLLMServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory},
+        }
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    cache = spec.model_cache
+    if cache.type == "EmptyDir":
+        empty: dict[str, Any] = {"sizeLimit": cache.size_limit} if cache.size_limit else {}
+        volumes.append({"name": "model-cache", "emptyDir": empty})
+    elif cache.type == "PVC":
+        volumes.append(
+            {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}
+        )
+    if cache.type != "None":
+        mounts.append({"name": "model-cache", "mountPath": cache.mount_path})
+    if spec.model.pvc is not None:
+        volumes.append(
+            {
+                "name": "model",
+                "persistentVolumeClaim": {"claimName": spec.model.pvc.claim_name, "readOnly": True},
+            }
+        )
+        mounts.append({"name": "model", "mountPath": MODEL_PVC_MOUNT, "readOnly": True})
+    return volumes, mounts
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+        "successThreshold": 1,
+    }
+
+
+def _scheduling(spec: VLLMServiceSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node_selector = dict(spec.node_selector)
+    if spec.resources.gpu_product:
+        node_selector[GPU_PRODUCT_LABEL] = spec.resources.gpu_product
+    if node_selector:
+        out["nodeSelector"] = node_selector
+    tolerations = [copy.deepcopy(t) for t in spec.tolerations]
+    if spec.resources.gpus and not any(
+        t.get("key") == spec.resources.gpu_resource_name for t in tolerations
+    ):
+        # GPU node pools are commonly tainted with the GPU resource name (GKE, AKS, EKS docs)
+        tolerations.append(
+            {"key": spec.resources.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"}
+        )
+    if tolerations:
+        out["tolerations"] = tolerations
+    if spec.affinity is not None:
+        out["affinity"] = copy.deepcopy(spec.affinity)
+    if spec.priority_class_name:
+        out["priorityClassName"] = spec.priority_class_name
+    if spec.runtime_class_name:
+        out["runtimeClassName"] = spec.runtime_class_name
+    if spec.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    return out
+
+
+def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
+    spec = svc.spec
+    volumes, mounts = _volumes(spec)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        # the module, not the `vllm` console script: works in every vllm-openai image
+        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "args": server_args(spec),
+        "ports": [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}],
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": mounts,
+        "startupProbe": _probe(
+            "/health", spec.probes.period_seconds, spec.startup_failure_threshold
+        ),
+        "readinessProbe": _probe(
+            "/health", spec.probes.period_seconds, spec.probes.readiness_failure_threshold
+        ),
+        "livenessProbe": _probe(
+            "/health", spec.probes.period_seconds, spec.probes.liveness_failure_threshold
+        ),
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if spec.drain_seconds:
+        # stop receiving traffic before vLLM shuts down; the native sleep action needs no shell
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": spec.drain_seconds}}}
+    if not container["env"]:
+        del container["env"]
+    if not container["resources"]:
+        del container["resources"]
+    pod_labels = {**spec.pod_labels, **labels(svc)}
+    annotations = {
+        **spec.pod_annotations,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(spec.port),
+        "prometheus.io/path": "/metrics",
+    }
+    return {
+        "metadata": {"labels": pod_labels, "annotations": annotations},
+        "spec": {
+            "containers": [container],
+            "volumes": volumes,
+            "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+            # a Service named like "vllm" would inject VLLM_PORT=tcp://..., which vLLM reads
+            "enableServiceLinks": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            **_scheduling(spec),
+        },
+    }
+
+
+def render_deployment(
+    svc: Service, settings: OperatorSettings, live_replicas: int | None = None
+) -> dict[str, Any]:
+    spec = svc.spec
+    if spec.rollout.strategy == "Recreate":
+        strategy: dict[str, Any] = {"type": "Recreate"}
+    else:
+        strategy = {
+            "type": "RollingUpdate",
+            "rollingUpdate": {
+                "maxSurge": spec.rollout.max_surge,
+                "maxUnavailable": spec.rollout.max_unavailable,
+            },
+        }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(svc),
+        "spec": {
+            "replicas": render_replicas(svc, live_replicas),
+            "selector": {"matchLabels": selector_labels(svc)},
+            "strategy": strategy,
+            "revisionHistoryLimit": 10,
+            # a slow model load must not mark the rollout failed before the startup budget ends
+            "progressDeadlineSeconds": spec.probes.startup_timeout_seconds + 600,
+            "template": render_pod_template(svc, settings),
+        },
+    }
+
+
+def render_replicas(svc: Service, live_replicas: int | None) -> int:
+    """The Deployment's replicas.
+
+    With autoscaling on, the HPA owns the count: the operator re-applies whatever is live, so
+    it never fights the autoscaler, and switching autoscaling on or off never drops the count
+    to the API default of 1. A new Deployment starts at minReplicas.
+    """
+    a = svc.spec.autoscaling
+    if not a.enabled:
+        return svc.spec.replicas
+    if live_replicas is None:
+        return a.min_replicas
+    return min(max(live_replicas, a.min_replicas), a.max_replicas)

@@ -1,0 +1,31 @@
+"""Operator settings, from environment variables prefixed VLLM_OPERATOR_ (pydantic-settings).
+
+Handed to handlers through kopf's memo; renderers receive them as an argument.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VLLM_OPERATOR_", frozen=True)
+
+    field_manager: str = Field(default="vllm-operator", description="Server-side apply owner.")
+    # kopf's bookkeeping (progress, last-handled spec, peering) lives under our own prefix
+    # so it never collides with another kopf-based operator on the same objects.
+    annotation_prefix: str = "vllm-operator.dev"
+    finalizer: str = "vllm-operator.dev/finalizer"
+    # A drift timer re-runs the same reconcile; reads only, unless something drifted.
+    resync_seconds: float = 60.0
+    cluster_domain: str = "cluster.local"
+    namespace: str | None = Field(default=None, description="Watch only this namespace.")
+    peering_name: str = "vllm-operator"
+    standalone: bool = Field(
+        default=False,
+        description="Skip peering (single replica, or tests without the peering CRDs).",
+    )
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    # kopf's watch requests are restarted after this many seconds; short in tests
+    watch_timeout_seconds: int = 300

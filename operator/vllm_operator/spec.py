@@ -1,0 +1,522 @@
+"""Step 1 of the flow (spec): the VLLMService API as frozen pydantic models.
+
+These models are the single source of truth: the CRD's openAPIV3Schema is generated from them
+(crdgen.py), the API server enforces the ranges, enums and CEL rules declared here, and the
+operator parses every custom resource into them at the handler edge. Field descriptions are
+what `kubectl explain vllmservice.spec...` shows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic.alias_generators import to_camel
+
+# Arguments the operator renders itself; the passthrough must not set them.
+OWNED_ARGS: tuple[str, ...] = (
+    "--host",
+    "--port",
+    "--model",
+    "--served-model-name",
+    "--revision",
+    "--tensor-parallel-size",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--block-size",
+    "--max-num-seqs",
+    "--swap-space",
+    "--dtype",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--enforce-eager",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--speculative-config",
+    "--api-key",
+    "--download-dir",
+)
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay within 63
+# "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
+QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+Quantity = Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)]
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
+    """One x-kubernetes-validations entry (a CEL rule the API server evaluates)."""
+    out: dict[str, JsonValue] = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class SecretKeyRef(_Model):
+    """A reference to one key of a Secret in the service's namespace. The operator never
+    reads the Secret: the kubelet injects the value into the container."""
+
+    name: Name = Field(description="Name of the Secret.")
+    key: str = Field(
+        default="token", min_length=1, max_length=253, description="Key within the Secret."
+    )
+
+
+class PvcModelSource(_Model):
+    """A PersistentVolumeClaim that already holds the model files."""
+
+    claim_name: Name = Field(description="Name of the PersistentVolumeClaim.")
+    sub_path: str | None = Field(
+        default=None, max_length=1024, description="Directory of the model inside the volume."
+    )
+
+
+class ModelSpec(_Model):
+    """Which model vLLM serves."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "[has(self.id), has(self.path), has(self.pvc)].filter(x, x).size() == 1",
+                    "set exactly one of model.id (Hugging Face id), model.path or model.pvc",
+                ),
+            ]
+        }
+    )
+    id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9][\w.\-/]*$",
+        description="Hugging Face model id, e.g. TinyLlama/TinyLlama-1.1B-Chat-v1.0.",
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        pattern=r"^/",
+        description="Absolute path of the model inside the container (e.g. baked into the "
+        "image or on the model cache volume).",
+    )
+    pvc: PvcModelSource | None = Field(
+        default=None,
+        description="A PersistentVolumeClaim holding the model, mounted read-only at /models.",
+    )
+    revision: str | None = Field(
+        default=None, max_length=128, description="Model revision (branch, tag or commit)."
+    )
+    served_model_name: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[\w.\-/:]+$",
+        description="The name clients put in the OpenAI `model` field. Defaults to the id or path.",
+    )
+
+
+class EngineSpec(_Model):
+    """vLLM engine arguments. Unset fields keep vLLM's own defaults."""
+
+    max_model_len: int | None = Field(
+        default=None, ge=16, le=10_485_760, description="--max-model-len: context length."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="--gpu-memory-utilization: fraction of GPU memory vLLM may use, in (0, 1].",
+    )
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="--enable-prefix-caching: reuse KV cache across requests sharing a prefix.",
+    )
+    block_size: Literal[8, 16, 32, 64, 128] | None = Field(
+        default=None, description="--block-size: tokens per KV-cache block (8, 16, 32, 64, 128)."
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=65_536,
+        description="--max-num-seqs: concurrent sequences per replica.",
+    )
+    swap_space: int | None = Field(
+        default=None, ge=0, le=1024, description="--swap-space: CPU swap space in GiB per GPU."
+    )
+    log_requests: bool = Field(
+        default=False,
+        description="--enable-log-requests: log every request. Off by default "
+        "(the reference configuration disables per-request logging).",
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="--enforce-eager: skip CUDA graph capture (faster start, slower decode).",
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        default="auto", description="--dtype of the weights and activations."
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="--tensor-parallel-size: GPUs one replica shards "
+        "the model over. Must equal resources.gpus.",
+    )
+    quantization: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z0-9_\-]+$",
+        description="--quantization method, e.g. awq, gptq, fp8.",
+    )
+    kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        default="auto", description="--kv-cache-dtype."
+    )
+    speculative_config: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="--speculative-config as an object, e.g. {method: ngram, "
+        "num_speculative_tokens: 5, prompt_lookup_max: 4}.",
+    )
+    extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Other vLLM server arguments, passed as they are. Arguments the operator "
+        f"renders itself are rejected: {', '.join(OWNED_ARGS)}.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.all(a, !("
+                    + " || ".join(f"a == '{o}' || a.startsWith('{o}=')" for o in OWNED_ARGS)
+                    + "))",
+                    "extraArgs must not set arguments the operator owns ("
+                    + ", ".join(OWNED_ARGS)
+                    + "); use the dedicated spec fields",
+                )
+            ]
+        },
+    )
+
+    @model_validator(mode="after")
+    def _no_owned_args(self) -> EngineSpec:
+        for arg in self.extra_args:
+            flag = arg.split("=", 1)[0]
+            if flag in OWNED_ARGS:
+                raise ValueError(
+                    f"engine.extraArgs: {flag} is set by the operator; use the spec field for it"
+                )
+        return self
+
+
+class ResourceSpec(_Model):
+    """GPUs and host resources of one replica."""
+
+    gpus: int = Field(default=1, ge=0, le=64, description="GPUs per pod.")
+    gpu_resource_name: str = Field(
+        default="nvidia.com/gpu", max_length=253, description="Extended resource for GPUs."
+    )
+    gpu_product: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Schedule only onto nodes whose "
+        "nvidia.com/gpu.product label equals this, e.g. NVIDIA-H100-80GB-HBM3.",
+    )
+    cpu: Quantity | None = Field(default=None, description="CPU request (and limit).")
+    memory: Quantity | None = Field(default=None, description="Memory request and limit.")
+    shared_memory: Quantity = Field(
+        default="8Gi",
+        description="Size of the in-memory /dev/shm (tensor-parallel workers "
+        "exchange data through it).",
+    )
+
+
+class ModelCacheSpec(_Model):
+    """Where Hugging Face downloads go (HF_HOME)."""
+
+    type: Literal["EmptyDir", "PVC", "None"] = Field(
+        default="EmptyDir",
+        description="EmptyDir (per pod), PVC (shared, survives restarts) or None.",
+    )
+    claim_name: str | None = Field(
+        default=None, max_length=253, description="The PVC when type is PVC."
+    )
+    size_limit: Quantity | None = Field(default=None, description="EmptyDir size limit.")
+    mount_path: str = Field(
+        default="/root/.cache/huggingface",
+        max_length=1024,
+        pattern=r"^/",
+        description="Mount path; HF_HOME points here.",
+    )
+
+
+class ProbeSpec(_Model):
+    """Health probes on vLLM's /health endpoint."""
+
+    startup_timeout_seconds: int = Field(
+        default=1800,
+        ge=30,
+        le=86_400,
+        description="How long a pod may take to load its model before it is restarted. "
+        "Large models on slow storage need tens of minutes.",
+    )
+    period_seconds: int = Field(default=10, ge=1, le=300, description="Probe period.")
+    readiness_failure_threshold: int = Field(
+        default=3, ge=1, le=100, description="Failures before a replica leaves the Service."
+    )
+    liveness_failure_threshold: int = Field(
+        default=6, ge=1, le=100, description="Failures before a replica is restarted."
+    )
+
+
+class AutoscalingSpec(_Model):
+    """A HorizontalPodAutoscaler on the per-pod queue depth."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.minReplicas <= self.maxReplicas",
+                    "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+                ),
+            ]
+        }
+    )
+    enabled: bool = Field(
+        default=False,
+        description="Create the HPA. Needs a custom-metrics adapter (e.g. "
+        "prometheus-adapter) serving the metric.",
+    )
+    min_replicas: int = Field(default=2, ge=1, le=1000, description="Lower bound.")
+    max_replicas: int = Field(default=16, ge=1, le=1000, description="Upper bound.")
+    metric_name: str = Field(
+        default="vllm:num_requests_waiting",
+        max_length=253,
+        description="Per-pod custom metric the HPA averages.",
+    )
+    target_queue_depth: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description="Scale up when the average waiting requests per pod exceed this.",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300, ge=0, le=3600, description="Cooldown before scaling down."
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=0, ge=0, le=3600, description="Window before scaling up."
+    )
+
+
+class RolloutSpec(_Model):
+    """How a new revision replaces the old one."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.strategy == 'Recreate' || self.maxSurge > 0 || self.maxUnavailable > 0",
+                    "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
+                ),
+            ]
+        }
+    )
+    strategy: Literal["RollingUpdate", "Recreate"] = Field(
+        default="RollingUpdate", description="Deployment strategy."
+    )
+    max_surge: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Extra pods during a rollout. 0 (default) never "
+        "needs a spare GPU, so rollouts cannot deadlock on a full cluster.",
+    )
+    max_unavailable: int = Field(
+        default=1, ge=0, le=100, description="Pods that may be down during a rollout."
+    )
+
+
+class EnvVar(_Model):
+    """An environment variable (value, or valueFrom as in a Pod spec)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name.",
+    )
+    value: str | None = Field(default=None, max_length=32_768, description="Literal value.")
+    value_from: dict[str, JsonValue] | None = Field(
+        default=None, description="A Pod-spec valueFrom (secretKeyRef, configMapKeyRef, ...)."
+    )
+
+
+class VLLMServiceSpec(_Model):
+    """Desired state of a vLLM deployment."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.engine.tensorParallelSize == self.resources.gpus",
+                    "engine.tensorParallelSize must equal resources.gpus (GPUs per pod)",
+                ),
+                cel(
+                    "self.modelCache.type != 'PVC' || has(self.modelCache.claimName)",
+                    "modelCache.claimName is required when modelCache.type is PVC",
+                ),
+            ]
+        }
+    )
+    model: ModelSpec = Field(description="The model to serve.")
+    image: str = Field(
+        default="vllm/vllm-openai:v0.32.0",
+        min_length=1,
+        max_length=512,
+        description="vLLM server image.",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="Image pull policy."
+    )
+    image_pull_secrets: list[Name] = Field(
+        default_factory=list, max_length=16, description="Secrets for pulling the image."
+    )
+    port: int = Field(default=8000, ge=1024, le=65535, description="OpenAI API port.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Replicas when autoscaling is off (`kubectl scale` sets this).",
+    )
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine arguments.")
+    resources: ResourceSpec = Field(default_factory=ResourceSpec, description="Resources.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=128, description="Extra environment variables."
+    )
+    hugging_face_token: SecretKeyRef | None = Field(
+        default=None, description="Secret holding a Hugging Face token (HF_TOKEN)."
+    )
+    api_key: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the API key clients must send (VLLM_API_KEY)."
+    )
+    model_cache: ModelCacheSpec = Field(
+        default_factory=ModelCacheSpec, description="Hugging Face cache volume."
+    )
+    probes: ProbeSpec = Field(default_factory=ProbeSpec, description="Health probes.")
+    termination_grace_period_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="Time for in-flight requests to finish after the pod is told to stop.",
+    )
+    drain_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=600,
+        description="preStop pause so load balancers stop routing before vLLM shuts down.",
+    )
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="Queue-depth autoscaling."
+    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout strategy.")
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Node labels pods must match."
+    )
+    tolerations: list[dict[str, JsonValue]] = Field(
+        default_factory=list, max_length=64, description="Pod tolerations."
+    )
+    affinity: dict[str, JsonValue] | None = Field(default=None, description="Pod affinity.")
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, description="PriorityClass of the pods."
+    )
+    runtime_class_name: str | None = Field(
+        default=None, max_length=253, description="RuntimeClass, e.g. nvidia."
+    )
+    pod_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Extra labels on the pods."
+    )
+    pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, description="Extra annotations on the pods."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> VLLMServiceSpec:
+        if self.engine.tensor_parallel_size != self.resources.gpus:
+            raise ValueError("engine.tensorParallelSize must equal resources.gpus")
+        if self.autoscaling.min_replicas > self.autoscaling.max_replicas:
+            raise ValueError("autoscaling.minReplicas must be <= autoscaling.maxReplicas")
+        if self.model_cache.type == "PVC" and not self.model_cache.claim_name:
+            raise ValueError("modelCache.claimName is required when modelCache.type is PVC")
+        return self
+
+    @property
+    def served_model_name(self) -> str:
+        m = self.model
+        return m.served_model_name or m.id or m.path or "/models"
+
+    @property
+    def startup_failure_threshold(self) -> int:
+        return math.ceil(self.probes.startup_timeout_seconds / self.probes.period_seconds)
+
+
+class Service(_Model):
+    """A parsed VLLMService: the parts of the object the operator works with."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    spec: VLLMServiceSpec
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Service:
+        meta = body["metadata"]
+        return cls(
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            generation=meta.get("generation", 1),
+            spec=VLLMServiceSpec.model_validate(dict(body.get("spec") or {})),
+        )
+
+
+# ---- status (written by the operator; its schema goes into the CRD too) ------------------
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(max_length=1024, description="CamelCase reason.")
+    message: str = Field(default="", max_length=32_768, description="What a person can do.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Generation the condition is about."
+    )
+
+
+class VLLMServiceStatus(_Model):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = Field(default=None, description="Last generation acted on.")
+    replicas: int | None = Field(default=None, description="Pods of the Deployment.")
+    ready_replicas: int | None = Field(default=None, description="Ready pods.")
+    updated_replicas: int | None = Field(default=None, description="Pods of the current revision.")
+    available_replicas: int | None = Field(default=None, description="Available pods.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the pods (for the scale subresource)."
+    )
+    endpoint: str | None = Field(default=None, description="In-cluster OpenAI base URL.")
+    model: str | None = Field(default=None, description="The served model name.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )

@@ -1,0 +1,290 @@
+"""The generated VLLMService CRD on a real API server: it is structural and established, the
+server rejects invalid manifests with a message naming the field, accepts every sample, fills
+in the schema's defaults, explains fields and scales through the scale subresource."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vllm_localenv.cluster import REPO_ROOT, LocalCluster
+from vllm_operator import GROUP, PLURAL, VERSION
+
+pytestmark = pytest.mark.cluster
+
+CRD_FILE = REPO_ROOT / "crds" / "vllmservices.yaml"
+SAMPLES_DIR = REPO_ROOT / "crds" / "samples"
+SAMPLES = sorted(SAMPLES_DIR.glob("*.yaml"))
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def crd_conditions(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    crd = json.loads(cluster.kubectl("get", "crd", CRD_NAME, "-o", "json"))
+    return {c["type"]: c for c in crd.get("status", {}).get("conditions", [])}
+
+
+@pytest.fixture(scope="module")
+def crd_installed(cluster: LocalCluster) -> str:
+    """Installs the committed CRD (server-side apply, idempotent) and waits until it is
+    Established. It stays installed: other modules of the session may rely on it too."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    wait_for(
+        f"{CRD_NAME} to be Established",
+        lambda: crd_conditions(cluster).get("Established", {}).get("status") == "True",
+    )
+    return CRD_NAME
+
+
+def minimal() -> dict[str, Any]:
+    return yaml.safe_load((SAMPLES_DIR / "minimal.yaml").read_text())
+
+
+def kubectl_apply(
+    cluster: LocalCluster, namespace: str, manifest: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+        ],
+        input=json.dumps(manifest),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A change to the minimal manifest: sets the dotted `path` (creating objects on the way)."""
+
+    def change(manifest: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        node = manifest
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+
+    return change
+
+
+def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def change(manifest: dict[str, Any]) -> None:
+        for c in changes:
+            c(manifest)
+
+    return change
+
+
+TOO_LONG_NAME = "a" * 43
+SINGLE_SOURCE = "set exactly one of model.id (Hugging Face id), model.path or model.pvc"
+OWNED_ARG = "extraArgs must not set arguments the operator owns"
+
+# (id, change to the minimal sample, substrings the API server's error must contain)
+INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
+    (
+        "gpu-memory-utilization-0",
+        _set("spec.engine.gpuMemoryUtilization", 0),
+        ("spec.engine.gpuMemoryUtilization", "should be greater than 0"),
+    ),
+    (
+        "gpu-memory-utilization-1.5",
+        _set("spec.engine.gpuMemoryUtilization", 1.5),
+        ("spec.engine.gpuMemoryUtilization", "should be less than or equal to 1"),
+    ),
+    (
+        "block-size-24",
+        _set("spec.engine.blockSize", 24),
+        ("spec.engine.blockSize", "Unsupported value: 24"),
+    ),
+    (
+        "min-replicas-above-max",
+        _set("spec.autoscaling", {"minReplicas": 8, "maxReplicas": 4}),
+        ("spec.autoscaling", "autoscaling.minReplicas must be <= autoscaling.maxReplicas"),
+    ),
+    (
+        "tensor-parallel-without-gpus",
+        _both(_set("spec.engine.tensorParallelSize", 2), _set("spec.resources.gpus", 1)),
+        ("engine.tensorParallelSize must equal resources.gpus",),
+    ),
+    (
+        "no-model-source",
+        _set("spec.model", {"revision": "main"}),
+        ("spec.model", SINGLE_SOURCE),
+    ),
+    (
+        "two-model-sources",
+        _set("spec.model", {"id": "Qwen/Qwen2.5-0.5B-Instruct", "path": "/models/qwen"}),
+        ("spec.model", SINGLE_SOURCE),
+    ),
+    (
+        "extra-args-port",
+        _set("spec.engine.extraArgs", ["--max-logprobs=5", "--port=9000"]),
+        ("spec.engine.extraArgs", OWNED_ARG),
+    ),
+    (
+        "extra-args-model",
+        _set("spec.engine.extraArgs", ["--model", "other/model"]),
+        ("spec.engine.extraArgs", OWNED_ARG),
+    ),
+    (
+        "name-too-long",
+        _set("metadata.name", TOO_LONG_NAME),
+        ("metadata.name must be at most 42 characters",),
+    ),
+    (
+        "port-80",
+        _set("spec.port", 80),
+        ("spec.port", "should be greater than or equal to 1024"),
+    ),
+    (
+        "dtype-int3",
+        _set("spec.engine.dtype", "int3"),
+        ("spec.engine.dtype", 'Unsupported value: "int3"'),
+    ),
+    (
+        "pvc-cache-without-claim",
+        _set("spec.modelCache", {"type": "PVC"}),
+        ("modelCache.claimName is required when modelCache.type is PVC",),
+    ),
+    (
+        "rollout-surge-and-unavailable-0",
+        _set("spec.rollout", {"maxSurge": 0, "maxUnavailable": 0}),
+        ("spec.rollout", "rollout.maxSurge and rollout.maxUnavailable cannot both be 0"),
+    ),
+    (
+        "replicas-negative",
+        _set("spec.replicas", -1),
+        ("spec.replicas", "should be greater than or equal to 0"),
+    ),
+    (
+        "memory-not-a-quantity",
+        _set("spec.resources.memory", "lots"),
+        ("spec.resources.memory", "should match"),
+    ),
+    (
+        "image-empty",
+        _set("spec.image", ""),
+        ("spec.image", "should be at least 1 chars long"),
+    ),
+]
+
+
+def test_crd_is_structural_and_established(cluster: LocalCluster, crd_installed: str) -> None:
+    conditions = crd_conditions(cluster)
+    assert "NonStructuralSchema" not in conditions, conditions["NonStructuralSchema"]
+    assert conditions["Established"]["status"] == "True"
+    assert conditions["NamesAccepted"]["status"] == "True"
+
+
+@pytest.mark.parametrize(("change", "expected"), [pytest.param(c, e, id=i) for i, c, e in INVALID])
+def test_invalid_manifest_is_rejected_naming_the_field(
+    cluster: LocalCluster,
+    crd_installed: str,
+    namespace: str,
+    change: Callable[[dict[str, Any]], None],
+    expected: tuple[str, ...],
+) -> None:
+    manifest = copy.deepcopy(minimal())
+    change(manifest)
+    res = kubectl_apply(cluster, namespace, manifest)
+    assert res.returncode != 0, f"accepted: {json.dumps(manifest)}\n{res.stdout}"
+    for text in expected:
+        assert text in res.stderr, f"{text!r} not in the server's answer:\n{res.stderr}"
+    assert not cluster.kubectl("get", "vsvc", "-n", namespace, "-o", "name").strip()
+
+
+def test_the_base_of_the_invalid_manifests_is_valid(
+    cluster: LocalCluster, crd_installed: str, namespace: str
+) -> None:
+    """Each rejection above is caused by its one change, not by the base manifest."""
+    res = kubectl_apply(cluster, namespace, minimal())
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_sample_is_accepted(
+    cluster: LocalCluster, crd_installed: str, namespace: str, sample: Path
+) -> None:
+    out = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(sample))
+    assert "(server dry run)" in out
+
+
+def test_schema_defaults_are_stored(
+    cluster: LocalCluster, crd_installed: str, namespace: str
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLES_DIR / "minimal.yaml"))
+    spec = json.loads(cluster.kubectl("get", "vsvc/minimal", "-n", namespace, "-o", "json"))["spec"]
+    assert spec["model"] == {"id": "Qwen/Qwen2.5-0.5B-Instruct"}
+    assert spec["port"] == 8000
+    assert spec["replicas"] == 1
+    assert spec["image"].startswith("vllm/vllm-openai:")
+    assert spec["engine"]["gpuMemoryUtilization"] == 0.9
+    assert spec["engine"]["tensorParallelSize"] == 1
+    assert spec["engine"]["enablePrefixCaching"] is True
+    assert spec["engine"]["dtype"] == "auto"
+    assert spec["resources"]["gpus"] == 1
+    assert spec["resources"]["sharedMemory"] == "8Gi"
+    assert spec["modelCache"]["type"] == "EmptyDir"
+    assert spec["probes"]["startupTimeoutSeconds"] == 1800
+    assert spec["rollout"] == {"strategy": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1}
+    assert spec["autoscaling"]["enabled"] is False
+    assert spec["autoscaling"]["metricName"] == "vllm:num_requests_waiting"
+    assert spec["autoscaling"]["targetQueueDepth"] == 20
+    assert spec["terminationGracePeriodSeconds"] == 120
+
+
+def test_kubectl_explain_shows_the_field_description(
+    cluster: LocalCluster, crd_installed: str
+) -> None:
+    want = "--gpu-memory-utilization: fraction of GPU memory vLLM may use, in (0, 1]."
+
+    def explained() -> str | None:
+        out = cluster.kubectl(
+            "explain", "vllmservice.spec.engine.gpuMemoryUtilization", check=False
+        )
+        flat = re.sub(r"\s+", " ", out)
+        return flat if want in flat else None
+
+    # the OpenAPI document of a new CRD is published a moment after it is Established
+    flat = wait_for("kubectl explain to show the description", explained, timeout=60)
+    assert "FIELD: gpuMemoryUtilization <number>" in flat
+
+
+def test_kubectl_scale_uses_the_scale_subresource(
+    cluster: LocalCluster, crd_installed: str, namespace: str
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLES_DIR / "llama3-8b.yaml"))
+    out = cluster.kubectl("scale", "vsvc/llama3-8b", "--replicas=3", "-n", namespace)
+    assert "scaled" in out
+    obj = json.loads(cluster.kubectl("get", "vsvc/llama3-8b", "-n", namespace, "-o", "json"))
+    assert obj["spec"]["replicas"] == 3  # the sample says 2
+    scale_path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/llama3-8b/scale"
+    scale = json.loads(cluster.kubectl("get", "--raw", scale_path))
+    assert scale["kind"] == "Scale"
+    assert scale["spec"]["replicas"] == 3
