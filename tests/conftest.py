@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
+from vllm_localenv.operator_process import OperatorProcess, install
 from vllm_localenv.vllm_server import VllmServer, tiny_model
 
 TEST_STATE_DIR = REPO_ROOT / ".state" / "test-cluster"
@@ -57,3 +58,21 @@ def vllm_server(
     server = VllmServer(model=tiny_model_dir, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log")
     with server.running():
         yield server
+
+
+@pytest.fixture(scope="session")
+def installed(cluster: LocalCluster) -> LocalCluster:
+    """The CRDs, the operator's RBAC and the peering object, installed once."""
+    install(cluster)
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def operator(
+    installed: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The real operator, running as its own ServiceAccount with a 5 s drift timer."""
+    proc = OperatorProcess(installed, tmp_path_factory.mktemp("operator") / "operator.log")
+    proc.start()
+    yield proc
+    proc.stop()

@@ -386,11 +386,44 @@ class LocalCluster:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-maxsize=200",
                 "--profiling=false",
                 "--v=1",
             ],
         )
         self._wait("kube-apiserver", proc, lambda: self.get("/readyz", 2) == b"ok", deadline)
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log: one JSON line per write (who, verb, resource, code).
+        Tests count an operator's writes here rather than trusting the operator's word."""
+        return self.log_dir / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {
+                    "level": "Metadata",
+                    "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+                },
+                # reads of Deployments too: proof that a reconcile ran when it wrote nothing
+                {
+                    "level": "Metadata",
+                    "verbs": ["get"],
+                    "resources": [{"group": "apps", "resources": ["deployments"]}],
+                },
+                {"level": "None"},
+            ],
+        }
+        path = self.state_dir / "audit-policy.json"
+        path.write_text(json.dumps(policy))
+        return path
 
     def _start_rest(self, state: _State) -> None:
         kc = str(self.kubeconfig)
@@ -612,12 +645,25 @@ class LocalCluster:
         process runs with exactly that account's RBAC instead of as cluster admin."""
         token = self.kubectl("create", "token", name, "-n", namespace, "--duration=24h").strip()
         cfg = {
-            "apiVersion": "v1", "kind": "Config", "current-context": name,
-            "clusters": [{"name": "vllm-local", "cluster": {
-                "server": self.server, "certificate-authority": str(self.pki_dir / "ca.crt")}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": name,
+            "clusters": [
+                {
+                    "name": "vllm-local",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki_dir / "ca.crt"),
+                    },
+                }
+            ],
             "users": [{"name": name, "user": {"token": token}}],
-            "contexts": [{"name": name, "context": {"cluster": "vllm-local", "user": name,
-                                                     "namespace": namespace}}],
+            "contexts": [
+                {
+                    "name": name,
+                    "context": {"cluster": "vllm-local", "user": name, "namespace": namespace},
+                }
+            ],
         }
         path.write_text(json.dumps(cfg, indent=2))
         path.chmod(0o600)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
@@ -48,7 +49,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.INFO
 
 
-def _run(body: kopf.Body, memo: kopf.Memo) -> Outcome:
+def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
+    body = cast(kopf.Body, raw)  # kopf's event poster reads only apiVersion/kind/metadata
     try:
         outcome = reconcile(dict(body), memo.writer, memo.settings)
     except InvalidSpecError as exc:
@@ -91,12 +93,6 @@ def on_deployment_event(body: kopf.Body, memo: kopf.Memo, type: str, **_: Any) -
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return
     try:
-        reconcile(owner, memo.writer, memo.settings)
-    except (InvalidSpecError, ApplyError) as exc:
-        log.info(
-            "reconcile of %s/%s after a Deployment %s: %s",
-            namespace,
-            service,
-            type,
-            exc,
-        )
+        _run(owner, memo)
+    except (kopf.PermanentError, kopf.TemporaryError) as exc:
+        log.info("reconcile of %s/%s after a Deployment %s: %s", namespace, service, type, exc)

@@ -39,6 +39,7 @@ OWNED_ARGS: tuple[str, ...] = (
     "--download-dir",
 )
 BLOCK_SIZES = (8, 16, 32, 64, 128)
+VALUE_FROM_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef")
 MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay within 63
 # "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
@@ -355,6 +356,21 @@ class EnvVar(_Model):
         default=None, description="A Pod-spec valueFrom (secretKeyRef, configMapKeyRef, ...)."
     )
 
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        # valueFrom is free-form in the schema (it mirrors the Pod API), so the operator checks
+        # it: a bad one would otherwise only fail when the Deployment is applied
+        if self.value_from is not None:
+            keys = sorted(self.value_from)
+            if len(keys) != 1 or keys[0] not in VALUE_FROM_SOURCES:
+                raise ValueError(
+                    f"valueFrom of {self.name} must have exactly one of "
+                    f"{', '.join(VALUE_FROM_SOURCES)}; got {', '.join(keys) or 'nothing'}"
+                )
+            if self.value is not None:
+                raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
+
 
 class VLLMServiceSpec(_Model):
     """Desired state of a vLLM deployment."""
@@ -365,10 +381,12 @@ class VLLMServiceSpec(_Model):
                 cel(
                     "self.engine.tensorParallelSize == self.resources.gpus",
                     "engine.tensorParallelSize must equal resources.gpus (GPUs per pod)",
+                    ".engine.tensorParallelSize",
                 ),
                 cel(
                     "self.modelCache.type != 'PVC' || has(self.modelCache.claimName)",
                     "modelCache.claimName is required when modelCache.type is PVC",
+                    ".modelCache",
                 ),
             ]
         }

@@ -1,0 +1,329 @@
+"""The real operator, running as its own ServiceAccount, against the local control plane."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import SAMPLES, apply, condition, container, get, items, ready, sample, wait_for
+from vllm_localenv.cluster import LocalCluster
+from vllm_localenv.operator_process import OperatorProcess
+
+pytestmark = pytest.mark.cluster
+SELECTOR = "serving.vllm-operator.dev/service"
+
+
+def wait_ready(
+    cluster: LocalCluster, namespace: str, name: str, timeout: float = 90
+) -> dict[str, Any]:
+    return dict(wait_for(f"{name} Ready", lambda: ready(cluster, namespace, name), timeout))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SAMPLES.glob("*.yaml")))
+def test_every_sample_becomes_ready_with_its_children(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str, name: str
+) -> None:
+    apply(cluster, namespace, SAMPLES / f"{name}.yaml")
+    svc = wait_ready(cluster, namespace, name)
+    spec = svc["spec"]
+    dep = get(cluster, namespace, "deployment", name)
+    assert dep is not None
+    c = container(dep)
+    assert c["args"][c["args"].index("--port") + 1] == str(spec["port"])
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == str(spec["resources"]["gpus"])
+    assert c["startupProbe"]["httpGet"]["path"] == "/health"
+    assert dep["metadata"]["ownerReferences"][0]["uid"] == svc["metadata"]["uid"]
+    pods = items(cluster, namespace, "pods", f"app.kubernetes.io/instance={name}")
+    assert pods
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    assert all(p["spec"]["nodeName"].startswith("gpu-node-") for p in pods)
+    service = get(cluster, namespace, "service", name)
+    assert service is not None
+    assert service["spec"]["ports"][0]["port"] == spec["port"]
+    hpa = get(cluster, namespace, "hpa", name)
+    assert (hpa is not None) == spec["autoscaling"]["enabled"]
+    status = svc["status"]
+    assert status["endpoint"] == f"http://{name}.{namespace}.svc.cluster.local:{spec['port']}/v1"
+    assert status["readyReplicas"] == status["replicas"] == len(pods)
+
+
+def test_tinyllama_reference_children(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("tinyllama"))
+    wait_ready(cluster, namespace, "tinyllama")
+    dep = get(cluster, namespace, "deployment", "tinyllama")
+    assert dep is not None
+    args = container(dep)["args"]
+    pairs = dict(itertools.pairwise(args))
+    assert pairs["--served-model-name"] == "chat-1b"
+    assert pairs["--max-model-len"] == "4096"
+    assert pairs["--gpu-memory-utilization"] == "0.85"
+    assert pairs["--block-size"] == "16"
+    assert pairs["--max-num-seqs"] == "256"
+    assert pairs["--swap-space"] == "4"
+    assert "--enable-prefix-caching" in args
+    assert "--enable-log-requests" not in args
+    assert dep["spec"]["replicas"] == 2  # the HPA's minReplicas
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    hpa = get(cluster, namespace, "hpa", "tinyllama")
+    assert hpa is not None
+    metric = hpa["spec"]["metrics"][0]["pods"]
+    assert metric["metric"]["name"] == "vllm:num_requests_waiting"
+    assert metric["target"]["averageValue"] == "20"
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 16)
+    assert get(cluster, namespace, "pdb", "tinyllama") is not None
+
+
+def test_spec_update_rolls_out_and_is_observed(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("minimal"))
+    before = wait_ready(cluster, namespace, "minimal")
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "minimal",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"engine": {"maxNumSeqs": 64}}}),
+    )
+    after = wait_ready(cluster, namespace, "minimal")
+    assert after["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    assert after["status"]["observedGeneration"] == after["metadata"]["generation"]
+    pods = items(cluster, namespace, "pods", "app.kubernetes.io/instance=minimal")
+    running = [
+        p
+        for p in pods
+        if p["status"]["phase"] == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+    assert running
+    assert all("64" in p["spec"]["containers"][0]["args"] for p in running)
+    events = items(cluster, namespace, "events")
+    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "VLLMService"}
+    assert "Ready" in reasons
+
+
+def test_deleting_the_service_garbage_collects_children(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("tinyllama"))
+    wait_ready(cluster, namespace, "tinyllama")
+    cluster.kubectl("delete", "vsvc", "tinyllama", "-n", namespace, "--wait=true")
+
+    def gone() -> bool:
+        return all(
+            not items(cluster, namespace, kind, f"{SELECTOR}=tinyllama")
+            for kind in ("deployments", "services", "hpa", "pdb", "replicasets")
+        )
+
+    wait_for("children to be garbage-collected", gone)
+
+
+def test_switching_autoscaling_off_prunes_the_hpa_and_keeps_replicas(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("tinyllama"))
+    wait_ready(cluster, namespace, "tinyllama")
+    # the HPA owns replicas: a change it makes is not reverted by the operator
+    cluster.kubectl("scale", "deployment", "tinyllama", "-n", namespace, "--replicas=3")
+    time.sleep(operator.resync_seconds * 2 + 1)
+    dep = get(cluster, namespace, "deployment", "tinyllama")
+    assert dep is not None
+    assert dep["spec"]["replicas"] == 3
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "tinyllama",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"autoscaling": {"enabled": False}, "replicas": 1}}),
+    )
+    wait_for(
+        "the HPA and PDB to be pruned",
+        lambda: (
+            get(cluster, namespace, "hpa", "tinyllama") is None
+            and get(cluster, namespace, "pdb", "tinyllama") is None
+        ),
+    )
+    svc = wait_ready(cluster, namespace, "tinyllama")
+    assert svc["status"]["replicas"] == 1
+
+
+def test_kubectl_scale_sets_the_replicas(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("minimal"))
+    wait_ready(cluster, namespace, "minimal")
+    cluster.kubectl("scale", "vsvc", "minimal", "-n", namespace, "--replicas=3")
+    svc = wait_for(
+        "3 ready replicas",
+        lambda: (
+            (s := ready(cluster, namespace, "minimal")) and s["status"]["readyReplicas"] == 3 and s
+        ),
+    )
+    assert (
+        svc["status"]["selector"]
+        == "app.kubernetes.io/instance=minimal,app.kubernetes.io/name=vllm"
+    )
+    pdb = wait_for("a PDB for 3 replicas", lambda: get(cluster, namespace, "pdb", "minimal"))
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_drift_is_restored(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("minimal"))
+    wait_ready(cluster, namespace, "minimal")
+    cluster.kubectl(
+        "patch",
+        "deployment",
+        "minimal",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {
+                    "op": "replace",
+                    "path": "/spec/template/spec/containers/0/image",
+                    "value": "evil/image:latest",
+                }
+            ]
+        ),
+    )
+    cluster.kubectl("delete", "service", "minimal", "-n", namespace)
+
+    def restored() -> bool:
+        dep = get(cluster, namespace, "deployment", "minimal")
+        return bool(
+            dep
+            and container(dep)["image"] == "vllm/vllm-openai:v0.32.0"
+            and get(cluster, namespace, "service", "minimal")
+        )
+
+    wait_for("the edited Deployment and the deleted Service to be restored", restored, timeout=30)
+    cluster.kubectl("delete", "deployment", "minimal", "-n", namespace)
+    wait_for(
+        "the deleted Deployment to be recreated",
+        lambda: (
+            (d := get(cluster, namespace, "deployment", "minimal"))
+            and not d["metadata"].get("deletionTimestamp")
+        ),
+        timeout=30,
+    )
+    wait_ready(cluster, namespace, "minimal")
+
+
+def test_invalid_spec_is_reported_and_nothing_is_applied(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    bad = sample("minimal")
+    bad["metadata"]["name"] = "bad-env"
+    # valueFrom is free-form in the schema (it mirrors the Pod API): the operator checks it
+    bad["spec"]["env"] = [{"name": "X", "valueFrom": {"bogusRef": {"name": "y"}}}]
+    apply(cluster, namespace, bad)
+
+    def invalid() -> dict[str, Any]:
+        return condition(get(cluster, namespace, "vllmservice", "bad-env"), "Ready")
+
+    c = wait_for(
+        "Ready=False/InvalidSpec", lambda: (x := invalid()).get("reason") == "InvalidSpec" and x
+    )
+    assert c["status"] == "False"
+    assert "spec.env" in c["message"]
+    assert "valueFrom" in c["message"]
+    assert get(cluster, namespace, "deployment", "bad-env") is None
+    assert get(cluster, namespace, "service", "bad-env") is None
+    events = items(cluster, namespace, "events")
+    assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in events)
+    # fixing the spec recovers without any manual step
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "bad-env",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"env": [{"name": "X", "value": "1"}]}}),
+    )
+    wait_ready(cluster, namespace, "bad-env")
+
+
+def _requests_by(audit_log: Path, username: str, since: float) -> list[dict[str, Any]]:
+    """The API server's own record of what `username` did after `since` (epoch seconds)."""
+    out = []
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") != username:
+            continue
+        stamp = dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
+        if stamp.timestamp() >= since:
+            out.append(event)
+    return out
+
+
+def test_a_no_op_resync_makes_zero_writes(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    names = ("minimal", "tinyllama", "llama3-8b")
+    for name in names:
+        apply(cluster, namespace, SAMPLES / f"{name}.yaml")
+    for name in names:
+        wait_ready(cluster, namespace, name)
+    time.sleep(operator.resync_seconds + 2)  # let in-flight work settle
+    since = time.time()
+    time.sleep(operator.resync_seconds * 3 + 1)  # at least three drift timer runs per service
+    mine = [
+        e
+        for e in _requests_by(cluster.audit_log, operator.username, since)
+        if e["objectRef"].get("namespace") == namespace
+    ]
+    writes = [e for e in mine if e["verb"] in ("create", "update", "patch", "delete")]
+    assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
+    # the reconciles did run in that window: each read its Deployment at least 3 times
+    reads = [e["objectRef"]["name"] for e in mine if e["verb"] == "get"]
+    assert all(reads.count(n) >= 3 for n in names), reads
+
+
+def test_operator_killed_mid_reconcile_converges_without_duplicates(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    names = [f"svc-{i}" for i in range(6)]
+    for name in names:
+        m = sample("minimal")
+        m["metadata"]["name"] = name
+        apply(cluster, namespace, m)
+    time.sleep(0.5)
+    operator.stop(sig=signal.SIGKILL)
+    operator.start()
+    for name in names:
+        wait_ready(cluster, namespace, name)
+    deployments = items(cluster, namespace, "deployments")
+    assert sorted(d["metadata"]["name"] for d in deployments) == names
+    replicasets = items(cluster, namespace, "replicasets")
+    assert len(replicasets) == len(names)  # no second rollout from a duplicate apply
+    services = items(cluster, namespace, "services")
+    assert sorted(s["metadata"]["name"] for s in services) == names
+
+
+def test_liveness_endpoint(operator: OperatorProcess) -> None:
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5
+    ) as r:
+        assert r.status == 200

@@ -1,0 +1,74 @@
+"""Small helpers the test tiers share: polling and kubectl as JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_localenv.cluster import REPO_ROOT, LocalCluster
+
+SAMPLES = REPO_ROOT / "crds" / "samples"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def sample(name: str) -> dict[str, Any]:
+    return dict(yaml.safe_load((SAMPLES / f"{name}.yaml").read_text()))
+
+
+def apply(cluster: LocalCluster, namespace: str, manifest: dict[str, Any] | Path) -> None:
+    if isinstance(manifest, Path):
+        cluster.kubectl("apply", "-n", namespace, "-f", str(manifest))
+    else:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+
+
+def get(cluster: LocalCluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    out = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found")
+    return json.loads(out) if out.strip() else None
+
+
+def items(
+    cluster: LocalCluster, namespace: str, kind: str, selector: str = ""
+) -> list[dict[str, Any]]:
+    args = ["get", kind, "-n", namespace, "-o", "json"]
+    if selector:
+        args += ["-l", selector]
+    return list(json.loads(cluster.kubectl(*args))["items"])
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for c in (obj or {}).get("status", {}).get("conditions", []):
+        if c["type"] == kind:
+            return dict(c)
+    return {}
+
+
+def ready(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The VLLMService when Ready=True for its current generation, else None."""
+    svc = get(cluster, namespace, "vllmservice", name)
+    if svc is None:
+        return None
+    c = condition(svc, "Ready")
+    gen = svc["metadata"]["generation"]
+    if c.get("status") == "True" and svc["status"].get("observedGeneration") == gen:
+        return svc
+    return None
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    return dict(deployment["spec"]["template"]["spec"]["containers"][0])
