@@ -72,7 +72,11 @@ def operator(
     installed: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """The real operator, running as its own ServiceAccount with a 5 s drift timer."""
-    proc = OperatorProcess(installed, tmp_path_factory.mktemp("operator") / "operator.log")
+    proc = OperatorProcess(
+        installed,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        extra_env={"VLLM_OPERATOR_PRIORITY": "1000"},
+    )
     proc.start()
     yield proc
     proc.stop()

@@ -3,30 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
+import random
 import sys
 
 import kopf
 
 from vllm_operator import handlers
-from vllm_operator.settings import OperatorSettings
 
 
 def main() -> int:
     settings = handlers.SETTINGS
-    logging.basicConfig(
-        level=os.environ.get("VLLM_OPERATOR_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stdout,
-    )
-    assert isinstance(settings, OperatorSettings)
+    # kopf's formatter prefixes object messages with [namespace/name]; JSON for log pipelines
+    log_format = kopf.LogFormat.JSON if settings.log_json else kopf.LogFormat.FULL
+    kopf.configure(verbose=settings.verbose, log_format=log_format, log_prefix=True)
     asyncio.run(
         kopf.operator(
             clusterwide=settings.namespace is None,
             namespaces=[settings.namespace] if settings.namespace else (),
             standalone=settings.standalone,
             peering_name=settings.peering_name,
+            # equal priorities make every replica pause (kopf's rule); random ones elect one
+            priority=settings.priority
+            if settings.priority is not None
+            else random.randint(1, 2**30),  # noqa: S311
             liveness_endpoint=settings.liveness_endpoint or None,
         )
     )

@@ -26,6 +26,13 @@ class OperatorSettings(BaseSettings):
         default=False,
         description="Skip peering (single replica, or tests without the peering CRDs).",
     )
+    priority: int | None = Field(
+        default=None,
+        description="Peering priority; replicas with a lower one pause. Unset: "
+        "random at start-up, so of two replicas exactly one works and the other stands by.",
+    )
+    log_json: bool = Field(default=False, description="JSON log lines (for log pipelines).")
+    verbose: bool = Field(default=False, description="Debug logging.")
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
     # kopf's watch requests are restarted after this many seconds; short in tests
     watch_timeout_seconds: int = 300
