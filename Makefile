@@ -59,10 +59,11 @@ check-generated: generate ## fail when generated files differ from what is commi
 	git diff --exit-code -- crds/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
 
 .PHONY: lint
-lint: venv ## ruff and mypy --strict
-	$(VENV)/bin/ruff check operator tests
-	$(VENV)/bin/ruff format --check operator tests
+lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift
+	$(VENV)/bin/ruff check operator tests scripts
+	$(VENV)/bin/ruff format --check operator tests scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 .PHONY: test
 test: setup lint ## lint, then every test tier (unit, local cluster, vLLM on CPU; kind where Docker runs)

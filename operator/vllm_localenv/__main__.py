@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from vllm_localenv.cluster import DEFAULT_STATE_DIR, ClusterError, LocalCluster, Ports
+from vllm_localenv.operator_process import OperatorProcess, install
 
 
 def _cluster(args: argparse.Namespace) -> LocalCluster:
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="which components are running")
     sub.add_parser("reset", help="stop and delete all state (PKI, etcd data, logs)")
     sub.add_parser("env", help="print the export line for kubectl")
+    sub.add_parser(
+        "operator",
+        help="install the CRDs and RBAC, start the operator in the "
+        "background as its ServiceAccount (stopped by `down`)",
+    )
     args = parser.parse_args(argv)
     cluster = _cluster(args)
     export = f"export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH"
@@ -60,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped and removed {cluster.state_dir}")
         elif args.cmd == "env":
             print(export)
+        elif args.cmd == "operator":
+            if cluster.running().get("vllm-operator"):
+                print("the operator is already running")
+                return 0
+            install(cluster)
+            proc = OperatorProcess(
+                cluster, cluster.log_dir / "operator.log", resync_seconds=30, detached=True
+            )
+            proc.start()
+            print(f"operator running (pid {proc.pid}); log: {proc.log_path}")
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

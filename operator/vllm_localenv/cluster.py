@@ -241,7 +241,7 @@ class LocalCluster:
     def up(self, timeout: float = 120.0, log: Callable[[str], None] = lambda _m: None) -> bool:
         """Starts the cluster; returns False (and starts nothing) when it is already running."""
         alive = self.running()
-        if alive and all(alive.values()) and len(alive) == len(COMPONENTS):
+        if all(alive.get(c) for c in COMPONENTS):
             return False
         if any(alive.values()):
             dead = ", ".join(n for n, ok in alive.items() if not ok) or "some components"
@@ -600,6 +600,17 @@ class LocalCluster:
             self._wait(name, procs[name], check, deadline)
         if procs["kube-scheduler"].poll() is not None:
             self._wait("kube-scheduler", procs["kube-scheduler"], lambda: False, deadline)
+
+    def adopt(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        """Records a process started next to the cluster (e.g. the demo's operator) so that
+        `down` stops it too, with the same pid + start-time identity check."""
+        state = self._read_state()
+        if state is None:
+            raise ClusterError("the local cluster is not running")
+        exe = str(Path(f"/proc/{proc.pid}/exe").readlink())
+        state.procs = [p for p in state.procs if p.name != name]
+        state.procs.append(_Proc(name, proc.pid, _start_ticks(proc.pid) or 0, exe))
+        self._state_file.write_text(state.dump())
 
     # ---- down / reset --------------------------------------------------------------------
     def _kill(self, procs: list[_Proc], grace: float = 10.0) -> None:

@@ -45,6 +45,7 @@ class OperatorProcess:
     log_path: Path
     resync_seconds: float = 5.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    detached: bool = False  # own session, survives the caller (the demo); recorded for `down`
     liveness_port: int = field(default_factory=free_port)
     _proc: subprocess.Popen[bytes] | None = None
 
@@ -76,7 +77,10 @@ class OperatorProcess:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 cwd=REPO_ROOT,
+                start_new_session=self.detached,
             )
+        if self.detached:
+            self.cluster.adopt("vllm-operator", self._proc)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_operator.observe import Observed
+from vllm_operator.observed import Observed
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
 from vllm_operator.settings import OperatorSettings
