@@ -60,8 +60,8 @@ check-generated: generate ## fail when generated files differ from what is commi
 
 .PHONY: lint
 lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift
-	$(VENV)/bin/ruff check operator tests scripts
-	$(VENV)/bin/ruff format --check operator tests scripts
+	$(VENV)/bin/ruff check operator tests benchmarks
+	$(VENV)/bin/ruff format --check operator tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -72,6 +72,10 @@ test: setup lint ## lint, then every test tier (unit, local cluster, vLLM on CPU
 .PHONY: test-unit
 test-unit: venv ## only the unit tests (no cluster, no vLLM)
 	scripts/run-tests.sh tests/unit
+
+.PHONY: bench-operator
+bench-operator: venv control-plane ## apply->Ready for 1 and 100 services, writes per no-op resync, memory
+	$(PY) benchmarks/operator_scale.py --services 100
 
 .PHONY: clean
 clean: ## remove caches of the Python tools (keeps the built binaries and venvs)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllm_operator.apply import Writer
 from vllm_operator.observed import Observed, PodProblem, pod_problems
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.spec import Service
 
 
-def observe(writer: Writer, svc: Service) -> Observed:
-    deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
+def observe(writer: Writer, svc: Service, deployment: dict[str, Any] | None = None) -> Observed:
+    """`deployment`: the live Deployment when the caller just read it and did not change it
+    (saves a read per resync); read here otherwise."""
+    if deployment is None:
+        deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
     hpa = None
     if svc.spec.autoscaling.enabled:
         hpa = writer.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)

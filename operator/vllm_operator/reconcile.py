@@ -83,14 +83,15 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
     desired = render_children(svc, settings, live_replicas)
     changes: list[Change] = []
     for manifest in desired:
-        live = live_dep if manifest["kind"] == "Deployment" else None
-        change = writer.apply(manifest, live=live) if live is not None else writer.apply(manifest)
+        # the Deployment was read above; apply() reads the other children itself
+        change = writer.apply(manifest, live=live_dep if manifest["kind"] == "Deployment" else None)
         if change is not None:
             changes.append(change)
     keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
     changes += writer.prune(svc.namespace, svc.name, svc.uid, keep)
 
-    observed = observe(writer, svc)
+    deployment_unchanged = not any(c.kind == "Deployment" for c in changes)
+    observed = observe(writer, svc, live_dep if deployment_unchanged else None)
     status = compute_status(svc, observed, old_status, settings, _now())
     if status != old_status:
         writer.patch_status(svc.namespace, svc.name, _status_patch(old_status, status))

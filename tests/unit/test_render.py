@@ -1,0 +1,814 @@
+"""The renderers (pure functions of the parsed Service and the settings), checked against
+manifests written out by hand from the spec defaults, and the spec's own validation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tests.unit.builders import body, service
+from vllm_operator.reconcile import describe, render_children
+from vllm_operator.render.autoscaling import render_hpa, render_pdb
+from vllm_operator.render.deployment import render_deployment, server_args
+from vllm_operator.render.service import endpoint, render_service
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service, VLLMServiceSpec
+
+SETTINGS = OperatorSettings(cluster_domain="cluster.local")
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "server",
+        "app.kubernetes.io/managed-by": "vllm-operator",
+        "app.kubernetes.io/part-of": "vllm-operator",
+        "serving.vllm-operator.dev/service": name,
+    }
+
+
+def meta(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": "ns",
+        "labels": labels(name),
+        "ownerReferences": [
+            {
+                "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+                "kind": "VLLMService",
+                "name": name,
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def container(dep: dict[str, Any]) -> dict[str, Any]:
+    (only,) = dep["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def pod_spec(dep: dict[str, Any]) -> dict[str, Any]:
+    return dep["spec"]["template"]["spec"]
+
+
+def env_by_name(dep: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container(dep).get("env", [])}
+
+
+def flag_value(args: list[str], flag: str) -> str:
+    assert args.count(flag) == 1, f"{flag} appears {args.count(flag)} times in {args}"
+    return args[args.index(flag) + 1]
+
+
+# ---- minimal: every field, written out --------------------------------------------------
+
+MINIMAL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def _probe(failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+        "successThreshold": 1,
+    }
+
+
+MINIMAL_DEPLOYMENT: dict[str, Any] = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": meta("minimal"),
+    "spec": {
+        "replicas": 1,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "vllm",
+                "app.kubernetes.io/instance": "minimal",
+            }
+        },
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        },
+        "revisionHistoryLimit": 10,
+        "progressDeadlineSeconds": 1800 + 600,
+        "template": {
+            "metadata": {
+                "labels": labels("minimal"),
+                "annotations": {
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": "8000",
+                    "prometheus.io/path": "/metrics",
+                },
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "vllm",
+                        "image": "vllm/vllm-openai:v0.32.0",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+                        "args": [
+                            "--model",
+                            MINIMAL_MODEL,
+                            "--served-model-name",
+                            MINIMAL_MODEL,
+                            "--host",
+                            "0.0.0.0",
+                            "--port",
+                            "8000",
+                            "--tensor-parallel-size",
+                            "1",
+                            "--gpu-memory-utilization",
+                            "0.9",
+                            "--dtype",
+                            "auto",
+                            "--enable-prefix-caching",
+                        ],
+                        "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
+                        "env": [{"name": "HF_HOME", "value": "/root/.cache/huggingface"}],
+                        "resources": {
+                            "requests": {"nvidia.com/gpu": "1"},
+                            "limits": {"nvidia.com/gpu": "1"},
+                        },
+                        "volumeMounts": [
+                            {"name": "dshm", "mountPath": "/dev/shm"},
+                            {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
+                        ],
+                        # 1800 s startup budget / 10 s period
+                        "startupProbe": _probe(180),
+                        "readinessProbe": _probe(3),
+                        "livenessProbe": _probe(6),
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
+                    }
+                ],
+                "volumes": [
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+                    {"name": "model-cache", "emptyDir": {}},
+                ],
+                "terminationGracePeriodSeconds": 120,
+                "enableServiceLinks": False,
+                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+            },
+        },
+    },
+}
+
+MINIMAL_SERVICE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": meta("minimal"),
+    "spec": {
+        "type": "ClusterIP",
+        "selector": {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": "minimal"},
+        "ports": [
+            {
+                "name": "http",
+                "port": 8000,
+                "targetPort": "http",
+                "protocol": "TCP",
+                "appProtocol": "http",
+            }
+        ],
+    },
+}
+
+
+def test_minimal_parses_like_the_api_server_defaults_it() -> None:
+    svc = service("minimal")
+    assert (svc.name, svc.namespace, svc.uid, svc.generation) == ("minimal", "ns", "uid-1", 1)
+    assert svc.spec == VLLMServiceSpec.model_validate({"model": {"id": MINIMAL_MODEL}})
+
+
+def test_minimal_deployment_exactly() -> None:
+    assert render_deployment(service("minimal"), SETTINGS) == MINIMAL_DEPLOYMENT
+
+
+def test_minimal_deployment_ignores_live_replicas_without_autoscaling() -> None:
+    assert render_deployment(service("minimal"), SETTINGS, 7) == MINIMAL_DEPLOYMENT
+
+
+def test_minimal_service_exactly() -> None:
+    assert render_service(service("minimal"), SETTINGS) == MINIMAL_SERVICE
+
+
+def test_minimal_has_no_hpa_and_no_pdb() -> None:
+    svc = service("minimal")
+    assert render_hpa(svc, SETTINGS) is None
+    assert render_pdb(svc, SETTINGS) is None  # one replica: a PDB would block drains
+
+
+def test_minimal_children_are_deployment_and_service() -> None:
+    children = render_children(service("minimal"), SETTINGS, None)
+    assert children == [MINIMAL_DEPLOYMENT, MINIMAL_SERVICE]
+
+
+def test_endpoint() -> None:
+    assert endpoint(service("minimal"), SETTINGS) == "http://minimal.ns.svc.cluster.local:8000/v1"
+    other = OperatorSettings(cluster_domain="corp.example")
+    assert endpoint(service("llama3-8b"), other) == "http://llama3-8b.ns.svc.corp.example:9000/v1"
+
+
+def test_every_call_returns_a_fresh_dict() -> None:
+    svc = service("minimal")
+    first = render_deployment(svc, SETTINGS)
+    container(first)["args"].append("--mutated")
+    pod_spec(first)["tolerations"][0]["key"] = "mutated"
+    first["metadata"]["labels"]["x"] = "y"
+    assert render_deployment(svc, SETTINGS) == MINIMAL_DEPLOYMENT
+
+
+# ---- tinyllama ---------------------------------------------------------------------------
+
+
+def test_tinyllama_args() -> None:
+    dep = render_deployment(service("tinyllama"), SETTINGS)
+    assert container(dep)["args"] == [
+        "--model",
+        "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        "--served-model-name",
+        "chat-1b",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "1",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--dtype",
+        "auto",
+        "--enable-prefix-caching",
+        "--max-model-len",
+        "4096",
+        "--block-size",
+        "16",
+        "--max-num-seqs",
+        "256",
+        "--swap-space",
+        "4",
+    ]
+
+
+def test_tinyllama_resources_cpu_is_a_request_only() -> None:
+    dep = render_deployment(service("tinyllama"), SETTINGS)
+    assert container(dep)["resources"] == {
+        "requests": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"},
+        "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"},
+    }
+
+
+def test_tinyllama_hpa_exactly() -> None:
+    assert render_hpa(service("tinyllama"), SETTINGS) == {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": meta("tinyllama"),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "tinyllama"},
+            "minReplicas": 2,
+            "maxReplicas": 16,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": "vllm:num_requests_waiting"},
+                        "target": {"type": "AverageValue", "averageValue": "20"},
+                    },
+                }
+            ],
+            "behavior": {
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 300,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    "selectPolicy": "Max",
+                },
+                "scaleUp": {
+                    "stabilizationWindowSeconds": 0,
+                    "policies": [
+                        {"type": "Pods", "value": 4, "periodSeconds": 60},
+                        {"type": "Percent", "value": 100, "periodSeconds": 60},
+                    ],
+                    "selectPolicy": "Max",
+                },
+            },
+        },
+    }
+
+
+def test_tinyllama_pdb_exactly() -> None:
+    assert render_pdb(service("tinyllama"), SETTINGS) == {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta("tinyllama"),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "vllm",
+                    "app.kubernetes.io/instance": "tinyllama",
+                }
+            },
+        },
+    }
+
+
+def test_tinyllama_children_are_four_kinds() -> None:
+    kinds = [m["kind"] for m in render_children(service("tinyllama"), SETTINGS, None)]
+    assert kinds == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
+
+
+@pytest.mark.parametrize(
+    ("live", "expected"),
+    [(None, 2), (5, 5), (2, 2), (16, 16), (40, 16), (1, 2), (0, 2)],
+)
+def test_autoscaled_replicas_follow_the_live_count_within_bounds(
+    live: int | None, expected: int
+) -> None:
+    dep = render_deployment(service("tinyllama"), SETTINGS, live)
+    assert dep["spec"]["replicas"] == expected
+
+
+@pytest.mark.parametrize("live", [None, 0, 1, 5, 40])
+def test_without_autoscaling_spec_replicas_win(live: int | None) -> None:
+    svc = service("tinyllama", {"replicas": 3, "autoscaling": {"enabled": False}})
+    assert render_deployment(svc, SETTINGS, live)["spec"]["replicas"] == 3
+    assert render_hpa(svc, SETTINGS) is None
+
+
+def test_pdb_follows_the_replica_floor() -> None:
+    assert render_pdb(service("minimal", {"replicas": 2}), SETTINGS) is not None
+    assert render_pdb(service("minimal", {"replicas": 0}), SETTINGS) is None
+    autoscaled_from_one = {"autoscaling": {"enabled": True, "minReplicas": 1}}
+    assert render_pdb(service("minimal", autoscaled_from_one), SETTINGS) is None
+
+
+# ---- llama3-8b ---------------------------------------------------------------------------
+
+
+def test_llama3_port_everywhere() -> None:
+    svc = service("llama3-8b")
+    dep = render_deployment(svc, SETTINGS)
+    c = container(dep)
+    assert flag_value(c["args"], "--port") == "9000"
+    assert c["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
+    assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9000"
+    ports = render_service(svc, SETTINGS)["spec"]["ports"]
+    assert ports == [
+        {
+            "name": "http",
+            "port": 9000,
+            "targetPort": "http",
+            "protocol": "TCP",
+            "appProtocol": "http",
+        }
+    ]
+    # probes follow the named port, so they move with it
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_llama3_engine_args() -> None:
+    args = container(render_deployment(service("llama3-8b"), SETTINGS))["args"]
+    assert flag_value(args, "--dtype") == "float16"
+    assert flag_value(args, "--max-model-len") == "2048"
+    assert flag_value(args, "--gpu-memory-utilization") == "0.85"
+    assert flag_value(args, "--model") == "meta-llama/Meta-Llama-3-8B-Instruct"
+
+
+def test_llama3_token_comes_from_the_secret_only() -> None:
+    svc = service("llama3-8b")
+    dep = render_deployment(svc, SETTINGS)
+    assert container(dep)["env"] == [
+        {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}},
+    ]
+    # no child carries a literal value for a secret variable
+    for child in render_children(svc, SETTINGS, None):
+        text = json.dumps(child)
+        assert '"HF_TOKEN", "value"' not in text
+        assert "hf_" not in text
+
+
+def test_llama3_scheduling_and_shared_memory() -> None:
+    dep = render_deployment(service("llama3-8b"), SETTINGS)
+    spec = pod_spec(dep)
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in spec[
+        "volumes"
+    ]
+    assert container(dep)["resources"] == {
+        "requests": {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"},
+        "limits": {"nvidia.com/gpu": "1", "memory": "64Gi"},
+    }
+    assert dep["spec"]["replicas"] == 2
+
+
+def test_llama3_pdb_protects_two_replicas() -> None:
+    pdb = render_pdb(service("llama3-8b"), SETTINGS)
+    assert pdb is not None
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_node_selector_merges_with_gpu_product() -> None:
+    svc = service("llama3-8b", {"nodeSelector": {"pool": "gpu"}})
+    assert pod_spec(render_deployment(svc, SETTINGS))["nodeSelector"] == {
+        "pool": "gpu",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
+
+
+# ---- variations of the minimal sample ----------------------------------------------------
+
+
+def test_model_from_pvc() -> None:
+    b = body("minimal")
+    b["spec"]["model"] = {"pvc": {"claimName": "weights", "subPath": "/sub/"}}
+    dep = render_deployment(Service.from_body(b), SETTINGS)
+    c = container(dep)
+    assert flag_value(c["args"], "--model") == "/models/sub"
+    assert {"name": "model", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
+    assert {
+        "name": "model",
+        "persistentVolumeClaim": {"claimName": "weights", "readOnly": True},
+    } in pod_spec(dep)["volumes"]
+
+
+def test_model_from_pvc_without_sub_path() -> None:
+    b = body("minimal")
+    b["spec"]["model"] = {"pvc": {"claimName": "weights"}}
+    args = container(render_deployment(Service.from_body(b), SETTINGS))["args"]
+    assert flag_value(args, "--model") == "/models"
+
+
+def test_pvc_served_model_name_is_the_mount_not_the_sub_path() -> None:
+    """Documents current behaviour: the default served name of a PVC model is "/models"
+    even when --model is "/models/sub" (vLLM's own default would be the --model value)."""
+    b = body("minimal")
+    b["spec"]["model"] = {"pvc": {"claimName": "weights", "subPath": "sub"}}
+    args = container(render_deployment(Service.from_body(b), SETTINGS))["args"]
+    assert flag_value(args, "--served-model-name") == "/models"
+
+
+def test_model_from_path_and_revision() -> None:
+    b = body("minimal")
+    b["spec"]["model"] = {"path": "/opt/model", "revision": "abc123"}
+    args = container(render_deployment(Service.from_body(b), SETTINGS))["args"]
+    assert flag_value(args, "--model") == "/opt/model"
+    assert flag_value(args, "--served-model-name") == "/opt/model"
+    assert flag_value(args, "--revision") == "abc123"
+
+
+def test_model_cache_pvc() -> None:
+    svc = service("minimal", {"modelCache": {"type": "PVC", "claimName": "hf-cache"}})
+    dep = render_deployment(svc, SETTINGS)
+    assert pod_spec(dep)["volumes"] == [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
+    ]
+    assert container(dep)["volumeMounts"] == [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
+    ]
+    assert env_by_name(dep)["HF_HOME"] == {"name": "HF_HOME", "value": "/root/.cache/huggingface"}
+
+
+def test_model_cache_empty_dir_with_limit_and_path() -> None:
+    svc = service("minimal", {"modelCache": {"sizeLimit": "50Gi", "mountPath": "/cache"}})
+    dep = render_deployment(svc, SETTINGS)
+    assert {"name": "model-cache", "emptyDir": {"sizeLimit": "50Gi"}} in pod_spec(dep)["volumes"]
+    assert {"name": "model-cache", "mountPath": "/cache"} in container(dep)["volumeMounts"]
+    assert env_by_name(dep)["HF_HOME"]["value"] == "/cache"
+
+
+def test_model_cache_none() -> None:
+    dep = render_deployment(service("minimal", {"modelCache": {"type": "None"}}), SETTINGS)
+    assert pod_spec(dep)["volumes"] == [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
+    ]
+    assert container(dep)["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert "HF_HOME" not in env_by_name(dep)
+    assert "env" not in container(dep)  # an empty env list is left out
+
+
+def test_api_key_from_secret() -> None:
+    svc = service("minimal", {"apiKey": {"name": "api"}})
+    assert env_by_name(render_deployment(svc, SETTINGS))["VLLM_API_KEY"] == {
+        "name": "VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}},
+    }
+
+
+def test_user_env_after_operator_env() -> None:
+    env = [
+        {"name": "A", "value": "1"},
+        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "b"}}},
+    ]
+    svc = service("minimal", {"env": env, "apiKey": {"name": "api", "key": "k"}})
+    assert container(render_deployment(svc, SETTINGS))["env"] == [
+        {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
+        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "k"}}},
+        {"name": "A", "value": "1"},
+        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "b"}}},
+    ]
+
+
+def test_optional_engine_args_in_fixed_order_and_extra_args_last() -> None:
+    engine = {
+        "speculativeConfig": {
+            "prompt_lookup_max": 4,
+            "method": "ngram",
+            "num_speculative_tokens": 5,
+        },
+        "extraArgs": ["--seed=1", "--disable-log-stats"],
+        "logRequests": True,
+        "enforceEager": True,
+        "quantization": "awq",
+        "kvCacheDtype": "fp8",
+        "enablePrefixCaching": False,
+    }
+    args = server_args(service("minimal", {"engine": engine}).spec)
+    assert args == [
+        "--model",
+        MINIMAL_MODEL,
+        "--served-model-name",
+        MINIMAL_MODEL,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "1",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--dtype",
+        "auto",
+        "--no-enable-prefix-caching",
+        "--quantization",
+        "awq",
+        "--kv-cache-dtype",
+        "fp8",
+        "--speculative-config",
+        '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4}',
+        "--enforce-eager",
+        "--enable-log-requests",
+        "--seed=1",
+        "--disable-log-stats",
+    ]
+
+
+def test_speculative_config_is_compact_sorted_json_at_every_level() -> None:
+    spec = {"speculativeConfig": {"b": {"z": 1, "a": [1, 2]}, "a": "x"}}
+    args = server_args(service("minimal", {"engine": spec}).spec)
+    assert flag_value(args, "--speculative-config") == '{"a":"x","b":{"a":[1,2],"z":1}}'
+
+
+def test_log_requests_off_by_default() -> None:
+    args = server_args(service("minimal").spec)
+    assert "--enable-log-requests" not in args
+    assert "--enforce-eager" not in args
+
+
+def test_tensor_parallel_and_gpus() -> None:
+    svc = service("minimal", {"engine": {"tensorParallelSize": 4}, "resources": {"gpus": 4}})
+    dep = render_deployment(svc, SETTINGS)
+    assert flag_value(container(dep)["args"], "--tensor-parallel-size") == "4"
+    assert container(dep)["resources"] == {
+        "requests": {"nvidia.com/gpu": "4"},
+        "limits": {"nvidia.com/gpu": "4"},
+    }
+
+
+def test_custom_gpu_resource_name_gets_its_own_toleration() -> None:
+    svc = service("minimal", {"resources": {"gpuResourceName": "amd.com/gpu"}})
+    dep = render_deployment(svc, SETTINGS)
+    assert container(dep)["resources"]["limits"] == {"amd.com/gpu": "1"}
+    assert pod_spec(dep)["tolerations"] == [
+        {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_rollout_recreate() -> None:
+    dep = render_deployment(service("minimal", {"rollout": {"strategy": "Recreate"}}), SETTINGS)
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_rollout_surge() -> None:
+    dep = render_deployment(
+        service("minimal", {"rollout": {"maxSurge": 2, "maxUnavailable": 0}}), SETTINGS
+    )
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 0},
+    }
+
+
+def test_user_gpu_toleration_replaces_the_default() -> None:
+    mine = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    dep = render_deployment(service("minimal", {"tolerations": [mine]}), SETTINGS)
+    assert pod_spec(dep)["tolerations"] == [mine]
+
+
+def test_other_user_tolerations_keep_the_default() -> None:
+    spot = {"key": "spot", "operator": "Exists"}
+    dep = render_deployment(service("minimal", {"tolerations": [spot]}), SETTINGS)
+    assert pod_spec(dep)["tolerations"] == [
+        spot,
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+
+
+def test_drain_seconds_zero_has_no_pre_stop() -> None:
+    dep = render_deployment(service("minimal", {"drainSeconds": 0}), SETTINGS)
+    assert "lifecycle" not in container(dep)
+
+
+def test_probe_settings() -> None:
+    probes = {
+        "startupTimeoutSeconds": 95,
+        "periodSeconds": 20,
+        "readinessFailureThreshold": 2,
+        "livenessFailureThreshold": 9,
+    }
+    dep = render_deployment(service("minimal", {"probes": probes}), SETTINGS)
+    c = container(dep)
+    assert c["startupProbe"]["failureThreshold"] == 5  # ceil(95 / 20)
+    assert c["startupProbe"]["periodSeconds"] == 20
+    assert c["readinessProbe"]["failureThreshold"] == 2
+    assert c["livenessProbe"]["failureThreshold"] == 9
+    assert dep["spec"]["progressDeadlineSeconds"] == 95 + 600
+
+
+def test_pod_scheduling_extras() -> None:
+    affinity = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    svc = service(
+        "minimal",
+        {
+            "affinity": affinity,
+            "priorityClassName": "inference",
+            "runtimeClassName": "nvidia",
+            "imagePullSecrets": ["regcred"],
+        },
+    )
+    spec = pod_spec(render_deployment(svc, SETTINGS))
+    assert spec["affinity"] == affinity
+    assert spec["priorityClassName"] == "inference"
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_pod_labels_and_annotations_cannot_override_the_operators() -> None:
+    svc = service(
+        "minimal",
+        {
+            "podLabels": {"team": "ml", "app.kubernetes.io/instance": "hijack"},
+            "podAnnotations": {"note": "x", "prometheus.io/port": "1"},
+        },
+    )
+    tmeta = render_deployment(svc, SETTINGS)["spec"]["template"]["metadata"]
+    assert tmeta["labels"] == {"team": "ml", **labels("minimal")}
+    assert tmeta["annotations"] == {
+        "note": "x",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8000",
+        "prometheus.io/path": "/metrics",
+    }
+
+
+def test_renderers_do_not_mutate_the_service() -> None:
+    spec = {
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {"x": [{"y": 1}]}},
+        "nodeSelector": {"pool": "gpu"},
+        "podLabels": {"team": "ml"},
+        "podAnnotations": {"note": "x"},
+        "env": [{"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "b"}}}],
+        "engine": {"speculativeConfig": {"method": "ngram"}, "extraArgs": ["--seed=1"]},
+        "autoscaling": {"enabled": True},
+    }
+    svc = service("minimal", spec)
+    before = copy.deepcopy(svc.spec.model_dump())
+    children = render_children(svc, SETTINGS, 3)
+    assert svc.spec.model_dump() == before
+
+    dep = children[0]
+    ps = pod_spec(dep)
+    ps["tolerations"][0]["key"] = "mutated"
+    ps["tolerations"].append({"key": "more"})
+    ps["affinity"]["nodeAffinity"]["x"][0]["y"] = 2
+    ps["nodeSelector"]["pool"] = "mutated"
+    dep["spec"]["template"]["metadata"]["labels"]["team"] = "mutated"
+    dep["spec"]["template"]["metadata"]["annotations"]["note"] = "mutated"
+    container(dep)["env"][-1]["valueFrom"]["configMapKeyRef"]["key"] = "mutated"
+    container(dep)["args"].append("--mutated")
+    assert svc.spec.model_dump() == before
+    assert render_children(svc, SETTINGS, 3) != children
+    assert render_children(svc, SETTINGS, 3) == render_children(svc, SETTINGS, 3)
+
+
+# ---- spec validation ---------------------------------------------------------------------
+
+
+def spec_with(**changes: Any) -> dict[str, Any]:
+    return {"model": {"id": MINIMAL_MODEL}, **changes}
+
+
+@pytest.mark.parametrize(
+    "arg", ["--port=1", "--host", "--model=x", "--api-key=k", "--no-enable-prefix-caching"]
+)
+def test_extra_args_must_not_set_owned_args(arg: str) -> None:
+    with pytest.raises(ValueError, match="extraArgs"):
+        VLLMServiceSpec.model_validate(spec_with(engine={"extraArgs": ["--seed=1", arg]}))
+
+
+def test_extra_args_may_set_other_args() -> None:
+    spec = VLLMServiceSpec.model_validate(
+        spec_with(engine={"extraArgs": ["--seed=1", "--portable", "--hostname=x"]})
+    )
+    assert spec.engine.extra_args == ["--seed=1", "--portable", "--hostname=x"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: vLLM's FlexibleArgumentParser turns --max_model_len into --max-model-len "
+    "and knows -tp as --tensor-parallel-size, so these reach vLLM after the operator's own flag "
+    "(argparse keeps the last one)",
+)
+@pytest.mark.parametrize("arg", ["--max_model_len=100", "--tensor_parallel_size=2", "-tp"])
+def test_extra_args_spelling_variants_of_owned_args(arg: str) -> None:
+    with pytest.raises(ValueError, match="extraArgs"):
+        VLLMServiceSpec.model_validate(spec_with(engine={"extraArgs": [arg]}))
+
+
+@pytest.mark.parametrize(
+    "value_from",
+    [
+        {"secretRef": {"name": "s"}},
+        {"secretKeyRef": {"name": "s", "key": "k"}, "configMapKeyRef": {"name": "c", "key": "k"}},
+        {},
+    ],
+)
+def test_env_value_from_needs_exactly_one_known_source(value_from: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="valueFrom of X must have exactly one of"):
+        VLLMServiceSpec.model_validate(spec_with(env=[{"name": "X", "valueFrom": value_from}]))
+
+
+def test_env_value_and_value_from_both_set() -> None:
+    env = [{"name": "X", "value": "v", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    with pytest.raises(ValueError, match="set value or valueFrom, not both"):
+        VLLMServiceSpec.model_validate(spec_with(env=env))
+
+
+def test_tensor_parallel_must_equal_gpus() -> None:
+    with pytest.raises(ValueError, match=re.escape("tensorParallelSize must equal resources.gpus")):
+        VLLMServiceSpec.model_validate(spec_with(engine={"tensorParallelSize": 2}))
+    with pytest.raises(ValueError, match=re.escape("tensorParallelSize must equal resources.gpus")):
+        VLLMServiceSpec.model_validate(spec_with(resources={"gpus": 2}))
+    ok = VLLMServiceSpec.model_validate(
+        spec_with(engine={"tensorParallelSize": 2}, resources={"gpus": 2})
+    )
+    assert ok.engine.tensor_parallel_size == ok.resources.gpus == 2
+
+
+def test_autoscaling_bounds_and_cache_claim() -> None:
+    with pytest.raises(
+        ValueError, match=re.escape("minReplicas must be <= autoscaling.maxReplicas")
+    ):
+        VLLMServiceSpec.model_validate(spec_with(autoscaling={"minReplicas": 5, "maxReplicas": 4}))
+    with pytest.raises(ValueError, match="claimName is required"):
+        VLLMServiceSpec.model_validate(spec_with(modelCache={"type": "PVC"}))
+
+
+def test_unknown_fields_are_rejected() -> None:
+    with pytest.raises(ValueError, match="extra"):
+        VLLMServiceSpec.model_validate(spec_with(replica=2))
+
+
+def test_describe_names_the_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        Service.from_body(body("minimal", {"engine": {"gpuMemoryUtilization": 1.5}}))
+    assert describe(info.value) == (
+        "spec.engine.gpuMemoryUtilization: Input should be less than or equal to 1"
+    )
+    with pytest.raises(ValidationError) as info:
+        Service.from_body(body("minimal", {"engine": {"extraArgs": ["--port=1"]}}))
+    assert describe(info.value) == (
+        "spec.engine: Value error, engine.extraArgs: --port is set by the operator; "
+        "use the spec field for it"
+    )

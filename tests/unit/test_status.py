@@ -1,0 +1,402 @@
+"""compute_status and invalid_spec_status: pure functions of the service, what was observed,
+the old status and the time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.builders import service
+from vllm_operator.observed import Observed, PodProblem, pod_problems
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.status import compute_status, invalid_spec_status
+
+SETTINGS = OperatorSettings(cluster_domain="cluster.local")
+T0 = "2030-01-01T00:00:00Z"
+T1 = "2030-01-01T00:05:00Z"
+T2 = "2030-01-01T00:10:00Z"
+GEN = 4
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+SELECTOR = "app.kubernetes.io/instance=minimal,app.kubernetes.io/name=vllm"
+ENDPOINT = "http://minimal.ns.svc.cluster.local:8000/v1"
+
+
+def deployment(
+    want: int = 2,
+    *,
+    total: int | None = None,
+    updated: int | None = None,
+    ready: int | None = None,
+    available: int | None = None,
+    generation: int = 7,
+    observed: int | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A live Deployment; counts default to a finished rollout of `want` replicas."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "minimal", "namespace": "ns", "generation": generation},
+        "spec": {"replicas": want},
+        "status": {
+            "observedGeneration": generation if observed is None else observed,
+            "replicas": want if total is None else total,
+            "updatedReplicas": want if updated is None else updated,
+            "readyReplicas": want if ready is None else ready,
+            "availableReplicas": want if available is None else available,
+            "conditions": conditions or [],
+        },
+    }
+
+
+def status(obs: Observed, old: dict[str, Any] | None = None, now: str = T1) -> dict[str, Any]:
+    return compute_status(service("minimal", generation=GEN), obs, old or {}, SETTINGS, now)
+
+
+def cond(st: dict[str, Any], kind: str) -> dict[str, Any]:
+    (only,) = [c for c in st["conditions"] if c["type"] == kind]
+    return only
+
+
+def brief(st: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in st["conditions"]}
+
+
+def c(kind: str, status_: str, reason: str, message: str = "", when: str = T0) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": status_,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": when,
+        "observedGeneration": GEN - 1,
+    }
+
+
+def test_no_deployment() -> None:
+    st = status(Observed(deployment=None))
+    assert st == {
+        "observedGeneration": GEN,
+        "selector": SELECTOR,
+        "endpoint": ENDPOINT,
+        "model": MODEL,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "DeploymentMissing",
+                "message": "the Deployment is being created",
+                "lastTransitionTime": T1,
+                "observedGeneration": GEN,
+            },
+            {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "Creating",
+                "message": "creating the Deployment",
+                "lastTransitionTime": T1,
+                "observedGeneration": GEN,
+            },
+            {
+                "type": "Degraded",
+                "status": "False",
+                "reason": "AsExpected",
+                "message": "",
+                "lastTransitionTime": T1,
+                "observedGeneration": GEN,
+            },
+        ],
+    }
+
+
+def test_rolled_out() -> None:
+    st = status(Observed(deployment=deployment(2)))
+    assert st == {
+        "observedGeneration": GEN,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "updatedReplicas": 2,
+        "availableReplicas": 2,
+        "selector": SELECTOR,
+        "endpoint": ENDPOINT,
+        "model": MODEL,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Available",
+                "message": f"2/2 replicas serve {MODEL}",
+                "lastTransitionTime": T1,
+                "observedGeneration": GEN,
+            },
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "RolloutComplete",
+                "message": "the rollout is complete",
+                "lastTransitionTime": T1,
+                "observedGeneration": GEN,
+            },
+            {
+                "type": "Degraded",
+                "status": "False",
+                "reason": "AsExpected",
+                "message": "",
+                "lastTransitionTime": T1,
+                "observedGeneration": GEN,
+            },
+        ],
+    }
+
+
+def test_rollout_in_progress() -> None:
+    dep = deployment(3, total=3, updated=1, ready=2, available=2)
+    st = status(Observed(deployment=dep))
+    assert brief(st) == {
+        "Ready": ("False", "RolloutInProgress", "1/3 replicas updated, 2 available"),
+        "Progressing": (
+            "True",
+            "RollingOut",
+            f"rolling out generation {GEN}: 1/3 updated, 2 ready",
+        ),
+        "Degraded": ("False", "AsExpected", ""),
+    }
+    assert (st["replicas"], st["updatedReplicas"], st["readyReplicas"]) == (3, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "dep",
+    [
+        deployment(2, observed=6),  # the controller has not seen the latest generation
+        deployment(2, total=3),  # an old pod is still around (surge)
+        deployment(2, available=1),
+        deployment(2, updated=1),
+    ],
+    ids=["stale-generation", "extra-old-pod", "unavailable", "not-updated"],
+)
+def test_not_rolled_out_until_everything_matches(dep: dict[str, Any]) -> None:
+    st = status(Observed(deployment=dep))
+    assert cond(st, "Ready")["status"] == "False"
+    assert cond(st, "Ready")["reason"] == "RolloutInProgress"
+    assert cond(st, "Progressing")["status"] == "True"
+
+
+def test_a_fresh_deployment_without_status() -> None:
+    dep = deployment(1)
+    del dep["status"]
+    st = status(Observed(deployment=dep))
+    assert brief(st)["Ready"] == ("False", "RolloutInProgress", "0/1 replicas updated, 0 available")
+    assert (st["readyReplicas"], st["updatedReplicas"], st["availableReplicas"]) == (0, 0, 0)
+
+
+def test_progress_deadline_exceeded() -> None:
+    deadline = {
+        "type": "Progressing",
+        "status": "False",
+        "reason": "ProgressDeadlineExceeded",
+        "message": 'ReplicaSet "minimal-5d8f" has timed out progressing.',
+    }
+    dep = deployment(2, updated=1, ready=1, available=1, conditions=[deadline])
+    assert brief(status(Observed(deployment=dep))) == {
+        "Ready": ("False", "RolloutInProgress", "1/2 replicas updated, 1 available"),
+        "Progressing": (
+            "False",
+            "ProgressDeadlineExceeded",
+            'ReplicaSet "minimal-5d8f" has timed out progressing.',
+        ),
+        "Degraded": (
+            "True",
+            "ProgressDeadlineExceeded",
+            "the rollout did not finish within the progress deadline",
+        ),
+    }
+
+
+def test_pod_problem_degrades() -> None:
+    dep = deployment(2, ready=1, available=1)
+    problem = PodProblem(
+        "minimal-5d8f-abcde", "Unschedulable", "0/3 nodes are available: 3 Insufficient gpu."
+    )
+    st = status(Observed(deployment=dep, pod_problems=(problem,)))
+    assert cond(st, "Degraded")["status"] == "True"
+    assert cond(st, "Degraded")["reason"] == "Unschedulable"
+    assert cond(st, "Degraded")["message"] == (
+        "pod minimal-5d8f-abcde: 0/3 nodes are available: 3 Insufficient gpu."
+    )
+    assert cond(st, "Ready")["status"] == "False"
+
+
+def test_several_pod_problems_name_the_first_and_count_the_rest() -> None:
+    problems = (
+        PodProblem("p1", "CrashLoopBackOff", "back-off 5m0s restarting failed container"),
+        PodProblem("p2", "Unschedulable", ""),
+        PodProblem("p3", "ImagePullBackOff", ""),
+    )
+    dep = deployment(3, ready=0, available=0)
+    st = status(Observed(deployment=dep, pod_problems=problems))
+    assert brief(st)["Degraded"] == (
+        "True",
+        "CrashLoopBackOff",
+        "pod p1: back-off 5m0s restarting failed container (and 2 more)",
+    )
+
+
+def test_pod_problem_wins_over_the_deadline_for_degraded() -> None:
+    deadline = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+    dep = deployment(2, ready=1, available=1, conditions=[deadline])
+    problem = PodProblem("p1", "Unschedulable", "no GPU")
+    st = status(Observed(deployment=dep, pod_problems=(problem,)))
+    assert brief(st)["Degraded"] == ("True", "Unschedulable", "pod p1: no GPU")
+    assert brief(st)["Progressing"] == ("False", "ProgressDeadlineExceeded", "")
+
+
+def test_scaled_to_zero() -> None:
+    st = status(Observed(deployment=deployment(0)))
+    assert brief(st) == {
+        "Ready": ("False", "ScaledToZero", "replicas is 0; scale up to serve"),
+        "Progressing": ("False", "RolloutComplete", "the rollout is complete"),
+        "Degraded": ("False", "AsExpected", ""),
+    }
+    assert st["replicas"] == 0
+
+
+def test_observed_generation_everywhere() -> None:
+    st = status(Observed(deployment=deployment(2)))
+    assert st["observedGeneration"] == GEN
+    assert [x["observedGeneration"] for x in st["conditions"]] == [GEN, GEN, GEN]
+
+
+def test_last_transition_time_kept_when_status_unchanged() -> None:
+    old = status(Observed(deployment=None), now=T0)
+    assert {x["lastTransitionTime"] for x in old["conditions"]} == {T0}
+
+    # Ready False -> False (reason changes), Progressing True -> True, Degraded False -> False
+    rolling = status(Observed(deployment=deployment(2, updated=1)), old, now=T1)
+    assert brief(rolling)["Ready"][:2] == ("False", "RolloutInProgress")
+    assert {x["lastTransitionTime"] for x in rolling["conditions"]} == {T0}
+
+    # Ready False -> True, Progressing True -> False, Degraded False -> False
+    done = status(Observed(deployment=deployment(2)), rolling, now=T2)
+    assert cond(done, "Ready")["lastTransitionTime"] == T2
+    assert cond(done, "Progressing")["lastTransitionTime"] == T2
+    assert cond(done, "Degraded")["lastTransitionTime"] == T0
+
+    # nothing changes: the status is identical, so nothing is written
+    assert status(Observed(deployment=deployment(2)), done, now="2031-01-01T00:00:00Z") == done
+
+
+def test_last_transition_time_from_foreign_old_conditions() -> None:
+    old = {
+        "conditions": [
+            c("Ready", "True", "Available"),
+            {"type": "Degraded", "status": "False", "reason": "AsExpected"},  # no time
+            c("SomethingElse", "True", "Whatever"),
+        ]
+    }
+    st = status(Observed(deployment=deployment(2)), old, now=T1)
+    assert cond(st, "Ready")["lastTransitionTime"] == T0
+    assert cond(st, "Progressing")["lastTransitionTime"] == T1  # new condition
+    assert cond(st, "Degraded")["lastTransitionTime"] == T1  # kept status, but no time to keep
+    assert [x["type"] for x in st["conditions"]] == ["Ready", "Progressing", "Degraded"]
+
+
+def test_counts_disappear_when_the_deployment_does() -> None:
+    st = status(Observed(deployment=None), status(Observed(deployment=deployment(2))))
+    assert "replicas" not in st
+    assert "readyReplicas" not in st
+
+
+def test_invalid_spec_keeps_the_rest_of_the_status() -> None:
+    old = {
+        "observedGeneration": 3,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "endpoint": ENDPOINT,
+        "model": MODEL,
+        "conditions": [
+            c("Ready", "True", "Available", "2/2"),
+            c("Progressing", "False", "RolloutComplete"),
+            c("Degraded", "False", "AsExpected"),
+        ],
+    }
+    st = invalid_spec_status(old, 4, "spec.port: too small", T1)
+    assert st == {
+        "observedGeneration": 4,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "endpoint": ENDPOINT,
+        "model": MODEL,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "InvalidSpec",
+                "message": "spec.port: too small",
+                "lastTransitionTime": T1,
+                "observedGeneration": 4,
+            },
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "InvalidSpec",
+                "message": "fix the spec; nothing was applied",
+                "lastTransitionTime": T0,  # was False already
+                "observedGeneration": 4,
+            },
+            {
+                "type": "Degraded",
+                "status": "True",
+                "reason": "InvalidSpec",
+                "message": "spec.port: too small",
+                "lastTransitionTime": T1,
+                "observedGeneration": 4,
+            },
+        ],
+    }
+    assert old["observedGeneration"] == 3  # the input is not modified
+    # a second pass with the same error changes nothing (no status write)
+    assert invalid_spec_status(st, 4, "spec.port: too small", T2) == st
+
+
+def test_invalid_spec_on_an_empty_status() -> None:
+    st = invalid_spec_status({}, 1, "bad", T0)
+    assert st["observedGeneration"] == 1
+    assert [(x["type"], x["status"]) for x in st["conditions"]] == [
+        ("Ready", "False"),
+        ("Progressing", "False"),
+        ("Degraded", "True"),
+    ]
+
+
+def test_pod_problems_from_pods() -> None:
+    pods = [
+        {
+            "metadata": {"name": "a"},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes",
+                    }
+                ]
+            },
+        },
+        {
+            "metadata": {"name": "b"},
+            "status": {
+                "containerStatuses": [
+                    {"state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}},
+                    {"state": {"waiting": {"reason": "ContainerCreating"}}},
+                    {"state": {"running": {}}},
+                ]
+            },
+        },
+        {"metadata": {"name": "c"}},
+    ]
+    assert pod_problems(pods) == (
+        PodProblem("a", "Unschedulable", "0/1 nodes"),
+        PodProblem("b", "CrashLoopBackOff", "back-off"),
+    )
