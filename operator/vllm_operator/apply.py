@@ -9,6 +9,8 @@ deleted (only ones this service controls). 404 and 409 are handled explicitly.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -140,8 +142,27 @@ class Writer:
         )
         return list(out.get("items", []))
 
+    def stamp(self, desired: dict[str, Any]) -> dict[str, Any]:
+        """A copy of `desired` carrying a hash of itself in an annotation.
+
+        `covers` alone cannot see a field that was removed from the rendered object (an env
+        var, the API key reference, a node selector): live still covers the smaller desired
+        object. The hash changes with any change to the rendered object, so the write happens
+        and server-side apply drops the fields this manager no longer sets.
+        """
+        body = json.dumps(desired, sort_keys=True, separators=(",", ":")).encode()
+        out = copy.deepcopy(desired)
+        annotations = out["metadata"].setdefault("annotations", {})
+        annotations[self.hash_annotation] = hashlib.sha256(body).hexdigest()[:16]
+        return out
+
+    @property
+    def hash_annotation(self) -> str:
+        return f"{self.settings.annotation_prefix}/desired-hash"
+
     def apply(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Change | None:
         """Server-side apply `desired` unless `live` (read here when not given) covers it."""
+        desired = self.stamp(desired)
         meta = desired["metadata"]
         api_version, kind = desired["apiVersion"], desired["kind"]
         if live is None:

@@ -184,7 +184,7 @@ def crd() -> dict[str, Any]:
                         {
                             "name": "Desired",
                             "type": "integer",
-                            "jsonPath": ".status.replicas",
+                            "jsonPath": ".status.desiredReplicas",
                             "priority": 1,
                         },
                         {"name": "Model", "type": "string", "jsonPath": ".status.model"},

@@ -44,7 +44,7 @@ def describe(error: ValidationError) -> str:
     """pydantic errors as `spec.field.path: message`, one per line, for status and events."""
     parts = []
     for err in error.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or True)
+        loc = ".".join(str(p) for p in err["loc"])  # list indices stay: spec.env.0.valueFrom
         parts.append(f"spec.{loc}: {err['msg']}" if loc else err["msg"])
     return "; ".join(parts)
 

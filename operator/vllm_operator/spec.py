@@ -37,9 +37,12 @@ OWNED_ARGS: tuple[str, ...] = (
     "--speculative-config",
     "--api-key",
     "--download-dir",
+    "-tp",  # vLLM's short forms of --tensor-parallel-size and --quantization
+    "-q",
 )
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 VALUE_FROM_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef")
+MODEL_PVC_MOUNT = "/models"
 MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay within 63
 # "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
@@ -123,6 +126,22 @@ class ModelSpec(_Model):
         description="The name clients put in the OpenAI `model` field. Defaults to the id or path.",
     )
 
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:  # mirrors the CEL rule, for objects read back
+        if sum(x is not None for x in (self.id, self.path, self.pvc)) != 1:
+            raise ValueError(
+                "set exactly one of model.id (Hugging Face id), model.path or model.pvc"
+            )
+        return self
+
+    @property
+    def reference(self) -> str:
+        """What vLLM's --model gets: the id, the path, or where the PVC is mounted."""
+        if self.pvc is not None:
+            sub = (self.pvc.sub_path or "").strip("/")
+            return f"{MODEL_PVC_MOUNT}/{sub}" if sub else MODEL_PVC_MOUNT
+        return self.id or self.path or MODEL_PVC_MOUNT
+
 
 class EngineSpec(_Model):
     """vLLM engine arguments. Unset fields keep vLLM's own defaults."""
@@ -193,9 +212,11 @@ class EngineSpec(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    "self.all(a, !("
-                    + " || ".join(f"a == '{o}' || a.startsWith('{o}=')" for o in OWNED_ARGS)
-                    + "))",
+                    # the same normalisation as owned_flag(): vLLM reads --max_model_len as
+                    # --max-model-len
+                    "self.all(a, !(a.split('=')[0].replace('_', '-') in ["
+                    + ", ".join(f"'{o}'" for o in OWNED_ARGS)
+                    + "]))",
                     "extraArgs must not set arguments the operator owns ("
                     + ", ".join(OWNED_ARGS)
                     + "); use the dedicated spec fields",
@@ -207,18 +228,25 @@ class EngineSpec(_Model):
     @model_validator(mode="after")
     def _no_owned_args(self) -> EngineSpec:
         for arg in self.extra_args:
-            flag = arg.split("=", 1)[0]
-            if flag in OWNED_ARGS:
+            flag = owned_flag(arg)
+            if flag is not None:
                 raise ValueError(
                     f"engine.extraArgs: {flag} is set by the operator; use the spec field for it"
                 )
         return self
 
 
+def owned_flag(arg: str) -> str | None:
+    """The operator-owned flag `arg` sets, in vLLM's spelling (it reads underscores as
+    dashes), or None."""
+    flag = arg.split("=", 1)[0].replace("_", "-")
+    return flag if flag in OWNED_ARGS else None
+
+
 class ResourceSpec(_Model):
     """GPUs and host resources of one replica."""
 
-    gpus: int = Field(default=1, ge=0, le=64, description="GPUs per pod.")
+    gpus: int = Field(default=1, ge=1, le=64, description="GPUs per pod.")
     gpu_resource_name: str = Field(
         default="nvidia.com/gpu", max_length=253, description="Extended resource for GPUs."
     )
@@ -228,7 +256,11 @@ class ResourceSpec(_Model):
         description="Schedule only onto nodes whose "
         "nvidia.com/gpu.product label equals this, e.g. NVIDIA-H100-80GB-HBM3.",
     )
-    cpu: Quantity | None = Field(default=None, description="CPU request (and limit).")
+    cpu: Quantity | None = Field(
+        default=None,
+        description="CPU request. No CPU limit is set: throttling the API "
+        "server and tokenizer threads costs latency.",
+    )
     memory: Quantity | None = Field(default=None, description="Memory request and limit.")
     shared_memory: Quantity = Field(
         default="8Gi",
@@ -340,6 +372,12 @@ class RolloutSpec(_Model):
     max_unavailable: int = Field(
         default=1, ge=0, le=100, description="Pods that may be down during a rollout."
     )
+
+    @model_validator(mode="after")
+    def _can_progress(self) -> RolloutSpec:  # mirrors the CEL rule
+        if self.strategy == "RollingUpdate" and self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("rollout.maxSurge and rollout.maxUnavailable cannot both be 0")
+        return self
 
 
 class EnvVar(_Model):
@@ -474,8 +512,7 @@ class VLLMServiceSpec(_Model):
 
     @property
     def served_model_name(self) -> str:
-        m = self.model
-        return m.served_model_name or m.id or m.path or "/models"
+        return self.model.served_model_name or self.model.reference
 
     @property
     def startup_failure_threshold(self) -> int:
@@ -524,7 +561,10 @@ class VLLMServiceStatus(_Model):
     """Observed state, written by the operator."""
 
     observed_generation: int | None = Field(default=None, description="Last generation acted on.")
-    replicas: int | None = Field(default=None, description="Pods of the Deployment.")
+    replicas: int | None = Field(default=None, description="Pods of the Deployment now.")
+    desired_replicas: int | None = Field(
+        default=None, description="Replicas the Deployment wants (the spec, or the HPA's choice)."
+    )
     ready_replicas: int | None = Field(default=None, description="Ready pods.")
     updated_replicas: int | None = Field(default=None, description="Pods of the current revision.")
     available_replicas: int | None = Field(default=None, description="Available pods.")

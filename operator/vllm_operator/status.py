@@ -60,7 +60,8 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
     available = st.get("availableReplicas", 0)
     total = st.get("replicas", 0)
     counts = {
-        "replicas": want,
+        "replicas": total,  # pods that exist now (the scale subresource's statusReplicasPath)
+        "desiredReplicas": want,
         "readyReplicas": ready,
         "updatedReplicas": updated,
         "availableReplicas": available,

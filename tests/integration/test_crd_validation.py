@@ -153,6 +153,16 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
         ("spec.engine.extraArgs", OWNED_ARG),
     ),
     (
+        "extra-args-underscore-spelling",
+        _set("spec.engine.extraArgs", ["--max_model_len=100"]),
+        ("spec.engine.extraArgs", OWNED_ARG),
+    ),
+    (
+        "extra-args-short-form",
+        _set("spec.engine.extraArgs", ["-tp", "2"]),
+        ("spec.engine.extraArgs", OWNED_ARG),
+    ),
+    (
         "name-too-long",
         _set("metadata.name", TOO_LONG_NAME),
         ("metadata.name must be at most 42 characters",),

@@ -457,13 +457,13 @@ def test_model_from_pvc_without_sub_path() -> None:
     assert flag_value(args, "--model") == "/models"
 
 
-def test_pvc_served_model_name_is_the_mount_not_the_sub_path() -> None:
-    """Documents current behaviour: the default served name of a PVC model is "/models"
-    even when --model is "/models/sub" (vLLM's own default would be the --model value)."""
+def test_pvc_served_model_name_defaults_to_the_model_argument() -> None:
+    """Like vLLM itself: without servedModelName, clients use the --model value."""
     b = body("minimal")
     b["spec"]["model"] = {"pvc": {"claimName": "weights", "subPath": "sub"}}
     args = container(render_deployment(Service.from_body(b), SETTINGS))["args"]
-    assert flag_value(args, "--served-model-name") == "/models"
+    assert flag_value(args, "--served-model-name") == "/models/sub"
+    assert flag_value(args, "--model") == "/models/sub"
 
 
 def test_model_from_path_and_revision() -> None:
@@ -744,12 +744,6 @@ def test_extra_args_may_set_other_args() -> None:
     assert spec.engine.extra_args == ["--seed=1", "--portable", "--hostname=x"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: vLLM's FlexibleArgumentParser turns --max_model_len into --max-model-len "
-    "and knows -tp as --tensor-parallel-size, so these reach vLLM after the operator's own flag "
-    "(argparse keeps the last one)",
-)
 @pytest.mark.parametrize("arg", ["--max_model_len=100", "--tensor_parallel_size=2", "-tp"])
 def test_extra_args_spelling_variants_of_owned_args(arg: str) -> None:
     with pytest.raises(ValueError, match="extraArgs"):

@@ -115,6 +115,7 @@ def test_rolled_out() -> None:
     assert st == {
         "observedGeneration": GEN,
         "replicas": 2,
+        "desiredReplicas": 2,
         "readyReplicas": 2,
         "updatedReplicas": 2,
         "availableReplicas": 2,

@@ -9,20 +9,10 @@ from typing import Any
 from vllm_operator.render.meta import labels, metadata, selector_labels
 from vllm_operator.render.service import PORT_NAME
 from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service, VLLMServiceSpec
+from vllm_operator.spec import MODEL_PVC_MOUNT, Service, VLLMServiceSpec
 
 CONTAINER = "vllm"
-MODEL_PVC_MOUNT = "/models"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-
-def model_argument(spec: VLLMServiceSpec) -> str:
-    m = spec.model
-    if m.pvc is not None:
-        return (
-            f"{MODEL_PVC_MOUNT}/{m.pvc.sub_path.strip('/')}" if m.pvc.sub_path else MODEL_PVC_MOUNT
-        )
-    return m.id or m.path or MODEL_PVC_MOUNT
 
 
 def server_args(spec: VLLMServiceSpec) -> list[str]:
@@ -30,7 +20,7 @@ def server_args(spec: VLLMServiceSpec) -> list[str]:
     e = spec.engine
     args = [
         "--model",
-        model_argument(spec),
+        spec.model.reference,
         "--served-model-name",
         spec.served_model_name,
         "--host",
