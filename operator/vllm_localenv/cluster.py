@@ -71,6 +71,57 @@ CONTROLLERS = (
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
+# Simulation rules for pods kwok plays (see _kwok_stages).
+HELD_LABEL = "app.kubernetes.io/component"
+HELD_VALUE = "benchmark"
+EXIT_LABEL = "localenv.vllm-operator.dev/exit-code"
+HELD_SELECTOR_ANCHOR = """    matchExpressions:
+"""
+HELD_EXCLUSION = f"""    - key: '.metadata.labels["{HELD_LABEL}"]'
+      operator: 'NotIn'
+      values:
+      - '{HELD_VALUE}'
+"""
+EXIT_STAGE = f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-exit-on-label
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.metadata.labels["{EXIT_LABEL}"]'
+      operator: 'Exists'
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $code := index .metadata.labels "{EXIT_LABEL}" }}}}
+      containerStatuses:
+      {{{{ range $index, $item := .spec.containers }}}}
+      - image: {{{{ $item.image | Quote }}}}
+        name: {{{{ $item.name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{{{ $code }}}}
+            finishedAt: {{{{ $now | Quote }}}}
+            reason: {{{{ if eq $code "0" }}}}Completed{{{{ else }}}}Error{{{{ end }}}}
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      phase: {{{{ if eq $code "0" }}}}Succeeded{{{{ else }}}}Failed{{{{ end }}}}
+"""
+
+
 class ClusterError(RuntimeError):
     """A failure a person can act on; the message names the cause."""
 
@@ -481,8 +532,20 @@ class LocalCluster:
         ]
         if not wanted:
             raise ClusterError(f"no kwok stage files under {stages}; rerun `make control-plane`")
+        texts = [p.read_text() for p in wanted]
+        # Pods that in a real cluster run for minutes (the benchmark Job) must not complete
+        # the instant kwok sees them: they are held Running until whoever plays their
+        # container (a test, the demo) labels them with the exit code it got.
+        texts = [
+            t.replace(HELD_SELECTOR_ANCHOR, HELD_SELECTOR_ANCHOR + HELD_EXCLUSION, 1)
+            if "name: pod-complete" in t else t
+            for t in texts
+        ]
+        if not any(HELD_EXCLUSION in t for t in texts):
+            raise ClusterError("kwok's pod-complete stage changed shape; update HELD_EXCLUSION")
+        texts.append(EXIT_STAGE)
         out = self.state_dir / "kwok-stages.yaml"
-        out.write_text("\n---\n".join(p.read_text() for p in wanted))
+        out.write_text("\n---\n".join(texts))
         return out
 
     def _write_kubeconfig(self, ports: Ports) -> None:
