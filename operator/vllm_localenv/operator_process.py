@@ -47,6 +47,7 @@ class OperatorProcess:
     extra_env: dict[str, str] = field(default_factory=dict)
     detached: bool = False  # own session, survives the caller (the demo); recorded for `down`
     liveness_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
     _proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,6 +68,7 @@ class OperatorProcess:
             "VLLM_OPERATOR_RESYNC_SECONDS": str(self.resync_seconds),
             "VLLM_OPERATOR_LIVENESS_ENDPOINT": f"http://127.0.0.1:{self.liveness_port}/healthz",
             "VLLM_OPERATOR_WATCH_TIMEOUT_SECONDS": "60",
+            "VLLM_OPERATOR_METRICS_PORT": str(self.metrics_port),
             **self.extra_env,
         }
         with self.log_path.open("ab") as log:

@@ -30,6 +30,10 @@ PLURALS = {
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("batch/v1", "Job"): "jobs",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("v1", "Pod"): "pods",
     (API_VERSION, "VLLMService"): PLURAL,
 }
@@ -225,6 +229,22 @@ class Writer:
             if exc.status == 404:
                 return False
             raise
+        return True
+
+    def patch_configmap(self, namespace: str, name: str, data: dict[str, str]) -> bool:
+        """Merges `data` into a ConfigMap's data; False when it does not exist."""
+        try:
+            self.writes += 1
+            self._call(
+                "PATCH",
+                _path("v1", "ConfigMap", namespace, name),
+                body={"data": data},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise ApplyError(f"ConfigMap {name}: {_reason(exc)}", permanent=False) from exc
         return True
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 import kopf
 from kubernetes import client, config
 
-from vllm_operator import GROUP, PLURAL, VERSION
+from vllm_operator import GROUP, PLURAL, VERSION, metrics
 from vllm_operator.apply import ApplyError, Writer
 from vllm_operator.reconcile import InvalidSpecError, Outcome, reconcile
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL
@@ -47,22 +47,31 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # many services roll out at once after an upgrade: do not serialise them on few workers
     settings.execution.max_workers = 16
     settings.posting.level = logging.INFO
+    metrics.serve(ours.metrics_port)
 
 
 def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
     body = cast(kopf.Body, raw)  # kopf's event poster reads only apiVersion/kind/metadata
+    writes_before = memo.writer.writes
     try:
         outcome = reconcile(dict(body), memo.writer, memo.settings)
     except InvalidSpecError as exc:
+        metrics.RECONCILES.labels("invalid").inc()
         kopf.warn(body, reason="InvalidSpec", message=str(exc))
         raise kopf.PermanentError(str(exc)) from exc
     except ApplyError as exc:
+        metrics.RECONCILES.labels("error").inc()
         if exc.permanent:
             kopf.warn(body, reason="ApplyFailed", message=str(exc))
             raise kopf.PermanentError(str(exc)) from exc
         raise kopf.TemporaryError(str(exc), delay=10) from exc
+    finally:
+        metrics.WRITES.inc(memo.writer.writes - writes_before)
+    metrics.RECONCILES.labels("ok").inc()
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    meta = raw["metadata"]
+    metrics.record_runs(meta["namespace"], meta["name"], outcome.runs)
     return outcome
 
 
@@ -83,8 +92,11 @@ def on_resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-def on_deployment_event(body: kopf.Body, memo: kopf.Memo, type: str, **_: Any) -> None:  # noqa: A002
-    """A child changed (rollout progress, an edit, a deletion): reconcile its owner now."""
+@kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+@kopf.on.event("", "v1", "configmaps", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+def on_child_event(body: kopf.Body, memo: kopf.Memo, type: str, **_: Any) -> None:  # noqa: A002
+    """A child changed (rollout progress, a benchmark finished or wrote its result, an edit,
+    a deletion): reconcile its owner now rather than at the next resync."""
     service = (body.get("metadata", {}).get("labels") or {}).get(SERVICE_LABEL)
     namespace = body.get("metadata", {}).get("namespace")
     if not service or not namespace:
@@ -95,4 +107,4 @@ def on_deployment_event(body: kopf.Body, memo: kopf.Memo, type: str, **_: Any) -
     try:
         _run(owner, memo)
     except (kopf.PermanentError, kopf.TemporaryError) as exc:
-        log.info("reconcile of %s/%s after a Deployment %s: %s", namespace, service, type, exc)
+        log.info("reconcile of %s/%s after a child %s: %s", namespace, service, type, exc)

@@ -44,3 +44,24 @@ def pod_problems(pods: list[dict[str, Any]]) -> tuple[PodProblem, ...]:
             if waiting.get("reason") in BAD_WAITING:
                 problems.append(PodProblem(name, waiting["reason"], waiting.get("message", "")))
     return tuple(problems)
+
+
+@dataclass(frozen=True)
+class JobState:
+    name: str
+    active: bool
+    succeeded: bool
+    failed_reason: str | None  # DeadlineExceeded, BackoffLimitExceeded, ...
+    failed_message: str = ""
+
+
+@dataclass(frozen=True)
+class BenchView:
+    """What the status needs to know about benchmarking (see benchmarking.py)."""
+
+    revision: str  # the revision the spec asks for
+    runs: tuple[Any, ...] = ()  # gates.Run, oldest first
+    job: JobState | None = None
+    failures: tuple[str, ...] | None = None  # None: no verdict (no thresholds or no result)
+    rolled_back_to: str | None = None
+    rollout_done: bool = False

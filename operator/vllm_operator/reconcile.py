@@ -8,13 +8,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from vllm_operator import benchmarking
 from vllm_operator.apply import Change, Writer
+from vllm_operator.benchmarking import history
+from vllm_operator.gates import Run, judge
 from vllm_operator.observe import observe
+from vllm_operator.observed import BenchView
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.deployment import render_deployment
+from vllm_operator.render.benchmark import revision
+from vllm_operator.render.deployment import render_deployment, render_pod_template
 from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
+from vllm_operator.spec import Service, VLLMServiceSpec
 from vllm_operator.status import compute_status, invalid_spec_status
 
 
@@ -34,6 +39,8 @@ class Outcome:
     changes: tuple[Change, ...] = ()
     events: tuple[Event, ...] = field(default_factory=tuple)
     ready: bool = False
+    status: dict[str, Any] = field(default_factory=dict)
+    runs: tuple[Run, ...] = ()  # the benchmark history, for the operator's metrics
 
 
 def _now() -> str:
@@ -78,9 +85,34 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
             writer.patch_status(meta["namespace"], meta["name"], _status_patch(old_status, status))
         raise InvalidSpecError(message) from exc
 
+    bench_on = svc.spec.benchmark.enabled
+    runs = history(writer, svc) if bench_on else []
+    rev = revision(render_pod_template(svc, settings))
+    verdict = (
+        judge(
+            runs,
+            rev,
+            svc.spec.benchmark.thresholds,
+            rollback=svc.spec.benchmark.on_failure == "Rollback",
+        )
+        if bench_on
+        else None
+    )
+    effective, rolled_back_to = svc, None
+    if verdict is not None and verdict.rollback_to is not None:
+        # the revision the spec asks for failed its gates: run the last one that passed until
+        # the spec changes again (a new revision); the failed one is never re-applied
+        try:
+            old_spec = VLLMServiceSpec.model_validate_json(verdict.rollback_to.spec_json)
+        except ValidationError:
+            old_spec = None
+        if old_spec is not None:
+            effective = svc.model_copy(update={"spec": old_spec})
+            rolled_back_to = verdict.rollback_to.revision
+
     live_dep = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
     live_replicas = (live_dep or {}).get("spec", {}).get("replicas")
-    desired = render_children(svc, settings, live_replicas)
+    desired = render_children(effective, settings, live_replicas)
     changes: list[Change] = []
     for manifest in desired:
         # the Deployment was read above; apply() reads the other children itself
@@ -92,13 +124,47 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
 
     deployment_unchanged = not any(c.kind == "Deployment" for c in changes)
     observed = observe(writer, svc, live_dep if deployment_unchanged else None)
-    status = compute_status(svc, observed, old_status, settings, _now())
+    rollout = compute_status(effective, observed, old_status, settings, _now())
+    rollout_done = _cond(rollout, "Ready") == "True" and rolled_back_to is None
+
+    bench = None
+    if bench_on:
+        job, bench_changes = benchmarking.step(
+            writer,
+            svc,
+            settings,
+            rev,
+            runs,
+            rollout_done=rollout_done,
+            protect={rolled_back_to} if rolled_back_to else set(),
+        )
+        changes += bench_changes
+        if bench_changes or (job is not None and not job.active):
+            runs = history(writer, svc)  # the run just started or just ended
+        bench = BenchView(
+            revision=rev,
+            runs=tuple(runs),
+            job=job,
+            failures=verdict.failures if verdict is not None else None,
+            rolled_back_to=rolled_back_to,
+            rollout_done=rollout_done,
+        )
+    status = compute_status(
+        svc if rolled_back_to is None else effective,
+        observed,
+        old_status,
+        settings,
+        _now(),
+        bench=bench,
+        revision=rolled_back_to or rev,
+    )
     if status != old_status:
         writer.patch_status(svc.namespace, svc.name, _status_patch(old_status, status))
     return Outcome(
         tuple(changes),
         tuple(_events(old_status, status, changes)),
         ready=_cond(status, "Ready") == "True",
+        status=status,
     )
 
 

@@ -34,5 +34,12 @@ class OperatorSettings(BaseSettings):
     log_json: bool = Field(default=False, description="JSON log lines (for log pipelines).")
     verbose: bool = Field(default=False, description="Debug logging.")
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    benchmark_image: str = Field(
+        default="ghcr.io/vllm-operator/vllm-bench:0.1.0",
+        description="Default image of the benchmark Job (images/benchmark/Dockerfile).",
+    )
+    metrics_port: int = Field(
+        default=8081, description="Port of the operator's own Prometheus metrics (0: off)."
+    )
     # kopf's watch requests are restarted after this many seconds; short in tests
     watch_timeout_seconds: int = 300

@@ -410,6 +410,71 @@ class EnvVar(_Model):
         return self
 
 
+Scenario = Literal["capacity", "batching", "prefix", "streaming", "naive"]
+DEFAULT_SCENARIOS: list[Scenario] = ["capacity", "batching", "prefix", "streaming"]
+
+
+class BenchmarkThresholds(_Model):
+    """Gates on the benchmark of a new revision. Unset thresholds are not checked."""
+
+    min_output_tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Minimum output throughput (tokens/s) under load."
+    )
+    max_ttft_p95_seconds: float | None = Field(
+        default=None, gt=0, description="Maximum time to first token, 95th percentile (s)."
+    )
+    min_prefix_speedup: float | None = Field(
+        default=None, ge=0, description="Minimum cold/warm TTFT ratio with a shared prefix."
+    )
+    min_kv_cache_tokens: int | None = Field(
+        default=None, ge=0, description="Minimum KV-cache capacity in tokens."
+    )
+    max_throughput_regression_percent: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Maximum drop of output throughput against the previous passing revision, "
+        "in percent.",
+    )
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in self.model_dump().values())
+
+
+class BenchmarkSpec(_Model):
+    """Benchmark every rollout with the bundled runner (vllm-bench) and gate on the result."""
+
+    enabled: bool = Field(default=True, description="Run a benchmark Job after each rollout.")
+    image: str | None = Field(
+        default=None, max_length=512, description="Runner image; the operator's default if unset."
+    )
+    scenarios: list[Scenario] = Field(
+        default_factory=lambda: list(DEFAULT_SCENARIOS),
+        min_length=1,
+        max_length=5,
+        description="Scenarios to run.",
+        json_schema_extra={"default": list(DEFAULT_SCENARIOS)},
+    )
+    args: list[Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Extra runner arguments (workload sizes), e.g. [--requests, '64'].",
+    )
+    timeout_seconds: int = Field(
+        default=1200, ge=10, le=86_400, description="activeDeadlineSeconds of the Job."
+    )
+    keep_runs: int = Field(default=10, ge=1, le=100, description="Results kept per service.")
+    thresholds: BenchmarkThresholds = Field(
+        default_factory=BenchmarkThresholds, description="Gates; none by default."
+    )
+    on_failure: Literal["Report", "Rollback"] = Field(
+        default="Report",
+        description="Report: set BenchmarkPassed=False. Rollback: also restore the previous "
+        "revision that passed (until the spec changes again).",
+    )
+
+
 class VLLMServiceSpec(_Model):
     """Desired state of a vLLM deployment."""
 
@@ -480,6 +545,9 @@ class VLLMServiceSpec(_Model):
         default_factory=AutoscalingSpec, description="Queue-depth autoscaling."
     )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout strategy.")
+    benchmark: BenchmarkSpec = Field(
+        default_factory=BenchmarkSpec, description="Benchmark each rollout; gates."
+    )
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict, description="Node labels pods must match."
     )
@@ -557,6 +625,35 @@ class Condition(_Model):
     )
 
 
+class BenchmarkStatus(_Model):
+    """The latest benchmark run (of the revision the spec asks for)."""
+
+    revision: str | None = Field(default=None, description="Pod-template revision measured.")
+    job: str | None = Field(default=None, description="The benchmark Job.")
+    state: Literal["Running", "Complete", "Failed"] | None = Field(
+        default=None, description="Running, Complete or Failed."
+    )
+    completed_at: str | None = Field(default=None, description="When the result was written.")
+    result: str | None = Field(default=None, description="ConfigMap holding the full result.")
+    kv_cache_tokens: int | None = Field(default=None, description="KV-cache capacity (tokens).")
+    max_concurrency: float | None = Field(
+        default=None, description="Sequences that fit at max-model-len."
+    )
+    output_tokens_per_second: float | None = Field(
+        default=None, description="Output throughput under concurrent load."
+    )
+    batching_speedup: float | None = Field(default=None, description="Concurrent over serial.")
+    prefix_ttft_speedup: float | None = Field(default=None, description="Cold over warm TTFT.")
+    prefix_hit_rate: float | None = Field(default=None, description="Prefix-cache hit rate.")
+    ttft_p50_seconds: float | None = Field(default=None, description="TTFT p50 (s).")
+    ttft_p95_seconds: float | None = Field(default=None, description="TTFT p95 (s).")
+    passed: bool | None = Field(default=None, description="All thresholds met (when set).")
+    failures: list[str] = Field(default_factory=list, description="Thresholds not met.")
+    rolled_back_to: str | None = Field(
+        default=None, description="Revision restored because this one failed its gates."
+    )
+
+
 class VLLMServiceStatus(_Model):
     """Observed state, written by the operator."""
 
@@ -573,8 +670,10 @@ class VLLMServiceStatus(_Model):
     )
     endpoint: str | None = Field(default=None, description="In-cluster OpenAI base URL.")
     model: str | None = Field(default=None, description="The served model name.")
+    revision: str | None = Field(default=None, description="Pod-template revision running.")
+    benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Progressing, Degraded.",
+        description="Ready, Progressing, Degraded, BenchmarkComplete, BenchmarkPassed.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

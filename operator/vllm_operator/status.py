@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_operator.observed import Observed
+from vllm_operator.observed import BenchView, Observed
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
 from vllm_operator.settings import OperatorSettings
@@ -137,18 +137,135 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
     return conds, counts
 
 
+def _fmt(x: float | None, unit: str = "") -> str:
+    return "n/a" if x is None else f"{x:.4g}{unit}"
+
+
+def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Cond]]:
+    """status.benchmark and the BenchmarkComplete / BenchmarkPassed conditions."""
+    run = next((r for r in bench.runs if r.revision == bench.revision), None)
+    out: dict[str, Any] = {"revision": bench.revision}
+    conds: list[Cond] = []
+    if run is None:
+        why = (
+            "waiting for the rollout to complete"
+            if not bench.rollout_done
+            else "starting the benchmark Job"
+        )
+        conds.append(Cond("BenchmarkComplete", "False", "WaitingForRollout", why))
+    else:
+        out.update({"job": run.name, "result": f"configmap/{run.name}", "state": run.state})
+        if run.state == "Running":
+            conds.append(
+                Cond(
+                    "BenchmarkComplete",
+                    "False",
+                    "BenchmarkRunning",
+                    f"job {run.name} is measuring revision {bench.revision}",
+                )
+            )
+        elif run.state == "Failed":
+            timed_out = "DeadlineExceeded" in run.message
+            conds.append(
+                Cond(
+                    "BenchmarkComplete",
+                    "False",
+                    "BenchmarkTimedOut" if timed_out else "BenchmarkFailed",
+                    run.message or "the benchmark failed",
+                )
+            )
+        else:
+            h = run.headline
+            out.update(
+                {
+                    k: v
+                    for k, v in {
+                        "completedAt": (run.result or {}).get("finishedAt"),
+                        "kvCacheTokens": h.kv_cache_tokens,
+                        "maxConcurrency": h.max_concurrency,
+                        "outputTokensPerSecond": h.output_tokens_per_second,
+                        "batchingSpeedup": h.batching_speedup,
+                        "prefixTtftSpeedup": h.prefix_ttft_speedup,
+                        "prefixHitRate": h.prefix_hit_rate,
+                        "ttftP50Seconds": h.ttft_p50_seconds,
+                        "ttftP95Seconds": h.ttft_p95_seconds,
+                    }.items()
+                    if v is not None
+                }
+            )
+            conds.append(
+                Cond(
+                    "BenchmarkComplete",
+                    "True",
+                    "Measured",
+                    f"revision {bench.revision}: "
+                    f"{_fmt(h.output_tokens_per_second)} output tokens/s, "
+                    f"TTFT p95 {_fmt(h.ttft_p95_seconds, ' s')}, KV cache "
+                    f"{_fmt(h.kv_cache_tokens)} tokens, prefix speed-up "
+                    f"{_fmt(h.prefix_ttft_speedup, 'x')}",
+                )
+            )
+    if svc.spec.benchmark.thresholds.any:
+        if bench.failures is None:
+            conds.append(
+                Cond(
+                    "BenchmarkPassed",
+                    "Unknown",
+                    "Pending",
+                    "no completed benchmark of this revision yet",
+                )
+            )
+        elif bench.failures:
+            out["passed"] = False
+            out["failures"] = list(bench.failures)
+            conds.append(
+                Cond("BenchmarkPassed", "False", "ThresholdsNotMet", "; ".join(bench.failures))
+            )
+        else:
+            out["passed"] = True
+            conds.append(Cond("BenchmarkPassed", "True", "ThresholdsMet", "all thresholds met"))
+    if bench.rolled_back_to:
+        out["rolledBackTo"] = bench.rolled_back_to
+    return out, conds
+
+
 def compute_status(
-    svc: Service, obs: Observed, old: dict[str, Any], settings: OperatorSettings, now: str
+    svc: Service,
+    obs: Observed,
+    old: dict[str, Any],
+    settings: OperatorSettings,
+    now: str,
+    *,
+    bench: BenchView | None = None,
+    revision: str | None = None,
 ) -> dict[str, Any]:
     conds, counts = _rollout(svc, obs)
-    return {
+    status: dict[str, Any] = {
         "observedGeneration": svc.generation,
         **counts,
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(svc).items())),
         "endpoint": endpoint(svc, settings),
         "model": svc.spec.served_model_name,
-        "conditions": merge_conditions(old.get("conditions", []), conds, svc.generation, now),
     }
+    if revision:
+        status["revision"] = revision
+    if bench is not None:
+        status["benchmark"], bench_conds = _benchmark(svc, bench)
+        conds += bench_conds
+        if bench.rolled_back_to:
+            conds = [c for c in conds if c.type != "Degraded"]
+            conds.append(
+                Cond(
+                    "Degraded",
+                    "True",
+                    "BenchmarkRollback",
+                    f"revision {bench.revision} failed its benchmark gates "
+                    f"({'; '.join(bench.failures or ())}); rolled back to revision "
+                    f"{bench.rolled_back_to} until the spec changes",
+                )
+            )
+    status["conditions"] = merge_conditions(old.get("conditions", []), conds, svc.generation, now)
+    return status
 
 
 def invalid_spec_status(

@@ -41,7 +41,9 @@ def test_every_sample_becomes_ready_with_its_children(
     assert c["resources"]["limits"]["nvidia.com/gpu"] == str(spec["resources"]["gpus"])
     assert c["startupProbe"]["httpGet"]["path"] == "/health"
     assert dep["metadata"]["ownerReferences"][0]["uid"] == svc["metadata"]["uid"]
-    pods = items(cluster, namespace, "pods", f"app.kubernetes.io/instance={name}")
+    pods = items(
+        cluster, namespace, "pods", f"app.kubernetes.io/name=vllm,app.kubernetes.io/instance={name}"
+    )
     assert pods
     assert all(p["status"]["phase"] == "Running" for p in pods)
     assert all(p["spec"]["nodeName"].startswith("gpu-node-") for p in pods)
@@ -102,7 +104,9 @@ def test_spec_update_rolls_out_and_is_observed(
     after = wait_ready(cluster, namespace, "minimal")
     assert after["metadata"]["generation"] == before["metadata"]["generation"] + 1
     assert after["status"]["observedGeneration"] == after["metadata"]["generation"]
-    pods = items(cluster, namespace, "pods", "app.kubernetes.io/instance=minimal")
+    pods = items(
+        cluster, namespace, "pods", "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=minimal"
+    )
     running = [
         p
         for p in pods

@@ -1,0 +1,130 @@
+"""Benchmark gates: pure checks of a result summary against the spec's thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_operator.spec import BenchmarkThresholds
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The numbers the status, the printer columns and the gates use."""
+
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    output_tokens_per_second: float | None = None
+    batching_speedup: float | None = None
+    prefix_ttft_speedup: float | None = None
+    prefix_hit_rate: float | None = None
+    ttft_p50_seconds: float | None = None
+    ttft_p95_seconds: float | None = None
+
+    @classmethod
+    def from_result(cls, result: dict[str, Any]) -> Headline:
+        h = result.get("headline") or {}
+        return cls(
+            kv_cache_tokens=h.get("kvCacheTokens"),
+            max_concurrency=h.get("maxConcurrencyAtMaxModelLen"),
+            output_tokens_per_second=h.get("outputTokensPerSecond"),
+            batching_speedup=h.get("batchingSpeedup"),
+            prefix_ttft_speedup=h.get("prefixTtftSpeedup"),
+            prefix_hit_rate=h.get("prefixHitRate"),
+            ttft_p50_seconds=h.get("ttftP50Seconds"),
+            ttft_p95_seconds=h.get("ttftP95Seconds"),
+        )
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def failures(h: Headline, t: BenchmarkThresholds, previous: Headline | None) -> list[str]:
+    """Each failed threshold as '<metric> <measured> <op> <limit>' (both values named)."""
+    out: list[str] = []
+
+    def low(name: str, value: float | None, minimum: float | None) -> None:
+        if minimum is None:
+            return
+        if value is None:
+            out.append(f"{name} was not measured (minimum {_fmt(minimum)})")
+        elif value < minimum:
+            out.append(f"{name} {_fmt(value)} < minimum {_fmt(minimum)}")
+
+    low("outputTokensPerSecond", h.output_tokens_per_second, t.min_output_tokens_per_second)
+    low("prefixTtftSpeedup", h.prefix_ttft_speedup, t.min_prefix_speedup)
+    low("kvCacheTokens", h.kv_cache_tokens, t.min_kv_cache_tokens)
+    if t.max_ttft_p95_seconds is not None:
+        if h.ttft_p95_seconds is None:
+            out.append(f"ttftP95Seconds was not measured (maximum {_fmt(t.max_ttft_p95_seconds)})")
+        elif h.ttft_p95_seconds > t.max_ttft_p95_seconds:
+            out.append(
+                f"ttftP95Seconds {_fmt(h.ttft_p95_seconds)} > maximum "
+                f"{_fmt(t.max_ttft_p95_seconds)}"
+            )
+    limit = t.max_throughput_regression_percent
+    if (
+        limit is not None
+        and previous is not None
+        and previous.output_tokens_per_second
+        and h.output_tokens_per_second is not None
+    ):
+        drop = 100 * (1 - h.output_tokens_per_second / previous.output_tokens_per_second)
+        if drop > limit:
+            out.append(
+                f"outputTokensPerSecond {_fmt(h.output_tokens_per_second)} is {drop:.1f}% below "
+                f"the previous revision's {_fmt(previous.output_tokens_per_second)} "
+                f"(maximum regression {_fmt(limit)}%)"
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One benchmark run as recorded in its result ConfigMap (the history)."""
+
+    revision: str
+    name: str
+    created: str
+    state: str  # Running, Complete, Failed
+    spec_json: str
+    result: dict[str, Any] | None = None
+    message: str = ""
+
+    @property
+    def headline(self) -> Headline:
+        return Headline.from_result(self.result or {})
+
+
+def previous_passing(runs: list[Run], before: str, t: BenchmarkThresholds) -> Run | None:
+    """The newest completed run other than revision `before` that meets the absolute
+    thresholds in force now (what a rollback restores, and the regression baseline)."""
+    for run in sorted(runs, key=lambda r: r.created, reverse=True):
+        if run.revision == before or run.state != "Complete":
+            continue
+        if not failures(run.headline, t, None):
+            return run
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    failures: tuple[str, ...]
+    rollback_to: Run | None
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def judge(runs: list[Run], revision: str, t: BenchmarkThresholds, rollback: bool) -> Verdict | None:
+    """The gates' verdict on `revision`'s completed run, or None when there is none yet or no
+    threshold is set. A rollback target is named only when asked for and one exists."""
+    current = next((r for r in runs if r.revision == revision and r.state == "Complete"), None)
+    if current is None or not t.any:
+        return None
+    baseline = previous_passing(runs, revision, t)
+    failed = failures(current.headline, t, baseline.headline if baseline else None)
+    target = baseline if (failed and rollback) else None
+    return Verdict(tuple(failed), target)

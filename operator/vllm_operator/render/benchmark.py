@@ -1,0 +1,188 @@
+"""The benchmark of a rollout: its result ConfigMap, the Job that fills it, and the Job's
+ServiceAccount, Role and RoleBinding (it may only read and patch that one ConfigMap)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from vllm_operator import GROUP
+from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL, owner_reference
+from vllm_operator.render.service import endpoint
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
+
+COMPONENT = "benchmark"
+REVISION_LABEL = f"{GROUP}/revision"
+RESULT_KEY = "result.json"
+SPEC_KEY = "spec.json"
+STATE_KEY = "state"
+MESSAGE_KEY = "message"
+RESULTS_DIR = "/results"
+# leave the runner time to write its partial results before the Job's deadline kills it
+RUNNER_DEADLINE_MARGIN_SECONDS = 30
+
+
+def revision(pod_template: dict[str, Any]) -> str:
+    """A stable id of what runs: a hash of the rendered pod template."""
+    body = json.dumps(pod_template, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(body).hexdigest()[:10]
+
+
+def run_name(svc: Service, rev: str) -> str:
+    """The Job and its result ConfigMap share this name: one run per revision."""
+    return f"{svc.name}-bench-{rev[:8]}"
+
+
+def account_name(svc: Service) -> str:
+    return f"{svc.name}-bench"
+
+
+def bench_labels(svc: Service, rev: str | None = None) -> dict[str, str]:
+    # not the server's selector labels: the Service must never route to a benchmark pod
+    out = {
+        "app.kubernetes.io/name": "vllm-bench",
+        "app.kubernetes.io/instance": svc.name,
+        "app.kubernetes.io/component": COMPONENT,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        SERVICE_LABEL: svc.name,
+    }
+    if rev:
+        out[REVISION_LABEL] = rev
+    return out
+
+
+def _meta(svc: Service, name: str, rev: str | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": svc.namespace,
+        "labels": bench_labels(svc, rev),
+        "ownerReferences": [owner_reference(svc)],
+    }
+
+
+def render_result_configmap(svc: Service, rev: str) -> dict[str, Any]:
+    """Created before the Job: it records the spec of the revision (what a rollback restores)
+    and is where the Job writes the result; it outlives the Job (history)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(svc, run_name(svc, rev), rev),
+        "data": {
+            SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True),
+            STATE_KEY: "Running",
+        },
+    }
+
+
+def render_account(svc: Service, rev: str) -> list[dict[str, Any]]:
+    name = account_name(svc)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(svc, name)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(svc, name),
+            # exactly one object: the result ConfigMap of the revision being measured
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [run_name(svc, rev)],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(svc, name),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": svc.namespace}],
+        },
+    ]
+
+
+def runner_args(svc: Service, settings: OperatorSettings) -> list[str]:
+    b = svc.spec.benchmark
+    return [
+        "run",
+        "--url",
+        endpoint(svc, settings).removesuffix("/v1"),
+        "--model",
+        svc.spec.served_model_name,
+        "--scenarios",
+        ",".join(b.scenarios),
+        "--out",
+        RESULTS_DIR,
+        "--max-duration-seconds",
+        str(max(b.timeout_seconds - RUNNER_DEADLINE_MARGIN_SECONDS, 5)),
+        *b.args,
+    ]
+
+
+def render_job(svc: Service, settings: OperatorSettings, rev: str) -> dict[str, Any]:
+    b = svc.spec.benchmark
+    name = run_name(svc, rev)
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "MPLCONFIGDIR", "value": "/tmp"},
+    ]
+    if svc.spec.api_key is not None:
+        env.append(
+            {
+                "name": "VLLM_API_KEY",
+                "valueFrom": {
+                    "secretKeyRef": {"name": svc.spec.api_key.name, "key": svc.spec.api_key.key}
+                },
+            }
+        )
+    container = {
+        "name": "bench",
+        "image": b.image or settings.benchmark_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "vllm_benchjob"],
+        "args": ["--configmap", name, "--revision", rev, "--", *runner_args(svc, settings)],
+        "env": env,
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "results", "mountPath": RESULTS_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(svc, name, rev),
+        "spec": {
+            # a retry would measure a warmed-up server and not compare; a failure is reported
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": b.timeout_seconds,
+            "ttlSecondsAfterFinished": 3600,  # the result lives on in the ConfigMap
+            "template": {
+                "metadata": {"labels": bench_labels(svc, rev)},
+                "spec": {
+                    "serviceAccountName": account_name(svc),
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "results", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
