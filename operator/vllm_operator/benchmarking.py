@@ -20,6 +20,8 @@ from vllm_operator.render.benchmark import (
     REVISION_LABEL,
     SPEC_KEY,
     STATE_KEY,
+    VERDICT_FAILURES_KEY,
+    VERDICT_KEY,
     render_account,
     render_job,
     render_result_configmap,
@@ -62,6 +64,8 @@ def history(writer: Writer, svc: Service) -> list[Run]:
                 spec_json=data.get(SPEC_KEY, ""),
                 result=result,
                 message=data.get(MESSAGE_KEY, "") or _runner_errors(result),
+                verdict=data.get(VERDICT_KEY),
+                verdict_failures=data.get(VERDICT_FAILURES_KEY, ""),
             )
         )
     return sorted(runs, key=lambda r: r.created)
@@ -108,47 +112,32 @@ def step(
         for j in writer.list_children("batch/v1", "Job", svc.namespace, _selector(svc))
         if _owned(j, svc)
     ]
-    # a newer rollout supersedes a run still going for an older revision
-    for job in jobs:
-        if job["metadata"]["labels"].get(REVISION_LABEL) != rev and _job_state(job).active:
-            if writer.delete(
-                "batch/v1", "Job", svc.namespace, job["metadata"]["name"], propagation="Foreground"
-            ):
-                changes.append(Change("Job", job["metadata"]["name"], "deleted"))
-            writer.patch_configmap(
-                svc.namespace,
-                run_name(svc, job["metadata"]["labels"].get(REVISION_LABEL, "")),
-                {
-                    STATE_KEY: "Failed",
-                    MESSAGE_KEY: "superseded by a newer rollout before it finished",
-                },
-            )
+    changes += _supersede(writer, svc, rev, jobs, runs)
     current = next((j for j in jobs if j["metadata"]["name"] == run_name(svc, rev)), None)
     recorded = next((r for r in runs if r.revision == rev), None)
-    if recorded is None and rollout_done:
+    start = recorded is None and rollout_done
+    # a start interrupted between the ConfigMap and the Job (operator restart) is completed
+    resume = recorded is not None and recorded.state == "Running" and current is None
+    if start or (resume and rollout_done):
         # one run per revision: the ConfigMap first (it marks the revision as measured, so a
-        # restart or a resync never starts a second run), then the account, then the Job
-        for manifest in (
-            render_result_configmap(svc, rev),
-            *render_account(svc, rev),
-            render_job(svc, settings, rev),
-        ):
+        # restart or a resync never starts a second run), then the account, then the Job,
+        # whose deterministic name makes a repeated create a no-op
+        manifests = [*render_account(svc, rev), render_job(svc, settings, rev)]
+        if start:
+            manifests.insert(0, render_result_configmap(svc, rev))
+        for manifest in manifests:
             change = writer.apply(manifest)
             if change is not None:
                 changes.append(change)
         current = writer.get("batch/v1", "Job", svc.namespace, run_name(svc, rev))
-    elif recorded is not None and recorded.state == "Running" and current is None:
-        writer.patch_configmap(
-            svc.namespace,
-            recorded.name,
-            {
-                STATE_KEY: "Failed",
-                MESSAGE_KEY: "JobMissing: the Job was deleted before it "
-                "published a result; delete this ConfigMap to measure the revision again",
-            },
-        )
     elif recorded is not None and recorded.state == "Running" and current is not None:
         state = _job_state(current)
+        if state.succeeded and recorded.result is None:
+            # the history was read before the Job finished; the runner publishes before it
+            # exits, so look again before calling the run empty
+            fresh = writer.get("v1", "ConfigMap", svc.namespace, recorded.name) or {}
+            if RESULT_KEY in (fresh.get("data") or {}):
+                return state, changes
         if state.failed_reason or (state.succeeded and recorded.result is None):
             reason = state.failed_reason or "NoResult"
             message = (
@@ -174,3 +163,44 @@ def _prune(writer: Writer, svc: Service, runs: list[Run], keep: int, protect: se
             continue
         writer.delete("v1", "ConfigMap", svc.namespace, run.name)
         excess -= 1
+
+
+def record_verdict(
+    writer: Writer, svc: Service, run: Run, verdict: str, failed: tuple[str, ...]
+) -> None:
+    """Writes the gates' verdict into the run's ConfigMap, once."""
+    writer.patch_configmap(
+        svc.namespace, run.name, {VERDICT_KEY: verdict, VERDICT_FAILURES_KEY: "; ".join(failed)}
+    )
+
+
+def _supersede(
+    writer: Writer, svc: Service, rev: str, jobs: list[dict[str, Any]], runs: list[Run]
+) -> list[Change]:
+    """Stops runs of older revisions still going and records why."""
+    changes: list[Change] = []
+    # a newer rollout supersedes a run still going for an older revision (one that has
+    # published its result is finished, even if its Job has not been marked so yet)
+    by_revision = {r.revision: r for r in runs}
+    for job in jobs:
+        job_rev = job["metadata"]["labels"].get(REVISION_LABEL, "")
+        run = by_revision.get(job_rev)
+        if job_rev == rev or not _job_state(job).active or (run and run.state != "Running"):
+            continue
+        if writer.delete(
+            "batch/v1", "Job", svc.namespace, job["metadata"]["name"], propagation="Foreground"
+        ):
+            changes.append(Change("Job", job["metadata"]["name"], "deleted"))
+        if run is not None:
+            # the history was read before this check; a result may have landed since
+            fresh = writer.get("v1", "ConfigMap", svc.namespace, run.name) or {}
+            if RESULT_KEY not in (fresh.get("data") or {}):
+                writer.patch_configmap(
+                    svc.namespace,
+                    run.name,
+                    {
+                        STATE_KEY: "Failed",
+                        MESSAGE_KEY: "superseded by a newer rollout before it finished",
+                    },
+                )
+    return changes

@@ -194,6 +194,24 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.endpoint",
                             "priority": 1,
                         },
+                        {
+                            "name": "Tok/s",
+                            "type": "number",
+                            "jsonPath": ".status.benchmark.outputTokensPerSecond",
+                            "description": "Benchmarked output tokens/s of the latest revision",
+                        },
+                        {
+                            "name": "TTFT-p95",
+                            "type": "number",
+                            "jsonPath": ".status.benchmark.ttftP95Seconds",
+                        },
+                        {"name": "Bench", "type": "string", "jsonPath": ".status.benchmark.state"},
+                        {
+                            "name": "Passed",
+                            "type": "string",
+                            "priority": 1,
+                            "jsonPath": '.status.conditions[?(@.type=="BenchmarkPassed")].status',
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                 }

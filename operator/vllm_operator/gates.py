@@ -7,6 +7,8 @@ from typing import Any
 
 from vllm_operator.spec import BenchmarkThresholds
 
+PASSED, FAILED = "Passed", "Failed"
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -91,26 +93,27 @@ class Run:
     spec_json: str
     result: dict[str, Any] | None = None
     message: str = ""
+    verdict: str | None = None  # PASSED or FAILED, recorded when the result arrived
+    verdict_failures: str = ""
 
     @property
     def headline(self) -> Headline:
         return Headline.from_result(self.result or {})
 
 
-def previous_passing(runs: list[Run], before: str, t: BenchmarkThresholds) -> Run | None:
-    """The newest completed run other than revision `before` that meets the absolute
-    thresholds in force now (what a rollback restores, and the regression baseline)."""
+def previous_passing(runs: list[Run], before: str) -> Run | None:
+    """The newest completed run of another revision whose gates passed when it was measured:
+    what a rollback restores, and the baseline for the regression threshold."""
     for run in sorted(runs, key=lambda r: r.created, reverse=True):
-        if run.revision == before or run.state != "Complete":
-            continue
-        if not failures(run.headline, t, None):
+        if run.revision != before and run.state == "Complete" and run.verdict == PASSED:
             return run
     return None
 
 
 @dataclass(frozen=True)
 class Verdict:
-    failures: tuple[str, ...]
+    failures: tuple[str, ...]  # against the thresholds in force now (BenchmarkPassed)
+    to_record: str | None  # PASSED/FAILED, when the run has no recorded verdict yet
     rollback_to: Run | None
 
     @property
@@ -119,12 +122,20 @@ class Verdict:
 
 
 def judge(runs: list[Run], revision: str, t: BenchmarkThresholds, rollback: bool) -> Verdict | None:
-    """The gates' verdict on `revision`'s completed run, or None when there is none yet or no
-    threshold is set. A rollback target is named only when asked for and one exists."""
+    """The gates on `revision`'s completed run (None while there is none).
+
+    A run is judged for good once, when its result arrives, with the thresholds of that
+    moment; that recorded verdict alone triggers a rollback, so tightening thresholds later
+    reports (BenchmarkPassed=False) but never rolls back a revision that passed.
+    """
     current = next((r for r in runs if r.revision == revision and r.state == "Complete"), None)
-    if current is None or not t.any:
+    if current is None:
         return None
-    baseline = previous_passing(runs, revision, t)
-    failed = failures(current.headline, t, baseline.headline if baseline else None)
-    target = baseline if (failed and rollback) else None
-    return Verdict(tuple(failed), target)
+    baseline = previous_passing(runs, revision)
+    failed = tuple(failures(current.headline, t, baseline.headline if baseline else None))
+    recorded = current.verdict
+    to_record = None
+    if recorded is None:
+        recorded = to_record = FAILED if failed else PASSED
+    target = baseline if (rollback and recorded == FAILED) else None
+    return Verdict(failed, to_record, target)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -34,6 +36,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     ours = SETTINGS
     memo.settings = ours
     memo.writer = Writer(_load_api(), ours)
+    # one reconcile at a time per service: kopf serialises its own handlers per object, but
+    # the child-event handler runs beside them
+    memo.locks = collections.defaultdict(threading.Lock)
     # kopf's own bookkeeping under our prefix, so it never collides with other operators
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ours.annotation_prefix
@@ -52,9 +57,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
     body = cast(kopf.Body, raw)  # kopf's event poster reads only apiVersion/kind/metadata
+    meta = raw["metadata"]
+    lock = memo.locks[(meta["namespace"], meta["name"])]
     writes_before = memo.writer.writes
     try:
-        outcome = reconcile(dict(body), memo.writer, memo.settings)
+        with lock:
+            outcome = reconcile(dict(body), memo.writer, memo.settings)
     except InvalidSpecError as exc:
         metrics.RECONCILES.labels("invalid").inc()
         kopf.warn(body, reason="InvalidSpec", message=str(exc))
@@ -70,7 +78,6 @@ def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
     metrics.RECONCILES.labels("ok").inc()
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    meta = raw["metadata"]
     metrics.record_runs(meta["namespace"], meta["name"], outcome.runs)
     return outcome
 

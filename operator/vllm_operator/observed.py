@@ -65,3 +65,4 @@ class BenchView:
     failures: tuple[str, ...] | None = None  # None: no verdict (no thresholds or no result)
     rolled_back_to: str | None = None
     rollout_done: bool = False
+    gated: bool = False  # the spec sets thresholds (the spec's, not a rolled-back one's)

@@ -99,9 +99,12 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
         else None
     )
     effective, rolled_back_to = svc, None
+    if verdict is not None and verdict.to_record is not None:
+        current = next(r for r in runs if r.revision == rev)
+        benchmarking.record_verdict(writer, svc, current, verdict.to_record, verdict.failures)
     if verdict is not None and verdict.rollback_to is not None:
-        # the revision the spec asks for failed its gates: run the last one that passed until
-        # the spec changes again (a new revision); the failed one is never re-applied
+        # the revision the spec asks for failed its gates when it was measured: run the last
+        # one that passed until the spec changes again; the failed one is never re-applied
         try:
             old_spec = VLLMServiceSpec.model_validate_json(verdict.rollback_to.spec_json)
         except ValidationError:
@@ -148,6 +151,7 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
             failures=verdict.failures if verdict is not None else None,
             rolled_back_to=rolled_back_to,
             rollout_done=rollout_done,
+            gated=svc.spec.benchmark.thresholds.any,
         )
     status = compute_status(
         svc if rolled_back_to is None else effective,
@@ -165,6 +169,7 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
         tuple(_events(old_status, status, changes)),
         ready=_cond(status, "Ready") == "True",
         status=status,
+        runs=tuple(runs),
     )
 
 

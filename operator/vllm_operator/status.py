@@ -205,7 +205,7 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
                     f"{_fmt(h.prefix_ttft_speedup, 'x')}",
                 )
             )
-    if svc.spec.benchmark.thresholds.any:
+    if bench.gated:
         if bench.failures is None:
             conds.append(
                 Cond(

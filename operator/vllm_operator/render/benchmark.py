@@ -19,6 +19,8 @@ RESULT_KEY = "result.json"
 SPEC_KEY = "spec.json"
 STATE_KEY = "state"
 MESSAGE_KEY = "message"
+VERDICT_KEY = "verdict"
+VERDICT_FAILURES_KEY = "verdictFailures"
 RESULTS_DIR = "/results"
 # leave the runner time to write its partial results before the Job's deadline kills it
 RUNNER_DEADLINE_MARGIN_SECONDS = 30
@@ -132,7 +134,7 @@ def render_job(svc: Service, settings: OperatorSettings, rev: str) -> dict[str, 
     if svc.spec.api_key is not None:
         env.append(
             {
-                "name": "VLLM_API_KEY",
+                "name": "VLLM_BENCH_API_KEY",  # the runner sends it as a bearer token
                 "valueFrom": {
                     "secretKeyRef": {"name": svc.spec.api_key.name, "key": svc.spec.api_key.key}
                 },

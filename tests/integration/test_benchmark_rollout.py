@@ -1,0 +1,418 @@
+"""Benchmark every rollout: the real operator on the local cluster, the real runner against
+the real vLLM-on-CPU server.
+
+kwok plays the pods, so nothing runs inside the benchmark Job's pod. The tests play its
+container instead: they take the Job's command and arguments from the API server, run them
+here under the Job's own ServiceAccount (a TokenRequest token, the identity the pod would
+have), with one substitution - the in-cluster URL of the Service becomes the local vLLM
+server's - and relay the exit code to kwok, which then finishes the pod as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import apply, condition, get, items, ready, sample, wait_for
+from vllm_localenv.cluster import EXIT_LABEL, LocalCluster
+from vllm_localenv.operator_process import OperatorProcess
+from vllm_localenv.vllm_server import VllmServer
+
+pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
+SMALL = [
+    "--requests",
+    "8",
+    "--output-tokens",
+    "16",
+    "--max-concurrency",
+    "8",
+    "--prefix-requests",
+    "4",
+    "--streaming-requests",
+    "4",
+]
+
+
+def service(name: str, **spec: Any) -> dict[str, Any]:
+    m = sample("minimal")
+    m["metadata"]["name"] = name
+    m["spec"]["model"]["servedModelName"] = "tiny"  # what the local vLLM server serves
+    m["spec"]["benchmark"] = {"args": SMALL, **spec.pop("benchmark", {})}
+    m["spec"].update(spec)
+    return m
+
+
+def job_of(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    svc = wait_for(f"{name} Ready", lambda: ready(cluster, namespace, name), timeout=90)
+    job_name = f"{name}-bench-{svc['status']['revision'][:8]}"
+    return dict(wait_for(f"job {job_name}", lambda: get(cluster, namespace, "job", job_name)))
+
+
+def play_job(
+    cluster: LocalCluster, namespace: str, job: dict[str, Any], url: str, tmp: Path
+) -> int:
+    """Runs the Job's container command as its pod would, then relays the exit code."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    pod_spec = job["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    args = list(container["args"])
+    args[args.index("--url") + 1] = url  # the Service's cluster DNS name does not resolve here
+    args[args.index("--out") + 1] = str(tmp / "results")  # the pod's emptyDir
+    assert container["command"] == ["python", "-m", "vllm_benchjob"]
+    kubeconfig = cluster.service_account_kubeconfig(
+        namespace, pod_spec["serviceAccountName"], tmp / "job.kubeconfig"
+    )
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "POD_NAMESPACE": namespace,
+        "MPLCONFIGDIR": str(tmp),
+    }
+    code = subprocess.run(
+        [sys.executable, "-m", "vllm_benchjob", *args], env=env, timeout=600, check=False
+    ).returncode
+    pods = items(cluster, namespace, "pods", f"job-name={job['metadata']['name']}")
+    for pod in pods:
+        cluster.kubectl(
+            "label",
+            "pod",
+            pod["metadata"]["name"],
+            "-n",
+            namespace,
+            f"{EXIT_LABEL}={code}",
+            "--overwrite",
+        )
+    return code
+
+
+def bench_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict((get(cluster, namespace, "vllmservice", name) or {}).get("status", {}))
+
+
+def test_a_finished_rollout_is_benchmarked_and_the_results_kept(
+    operator: OperatorProcess,
+    cluster: LocalCluster,
+    namespace: str,
+    vllm_server: VllmServer,
+    tmp_path: Path,
+) -> None:
+    apply(
+        cluster,
+        namespace,
+        service(
+            "bench",
+            benchmark={"thresholds": {"minOutputTokensPerSecond": 1, "minKvCacheTokens": 1}},
+        ),
+    )
+    job = job_of(cluster, namespace, "bench")
+    rev = bench_status(cluster, namespace, "bench")["revision"]
+    # the documented Job spec
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 1200
+    assert spec["ttlSecondsAfterFinished"] == 3600
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "bench-bench"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    c = pod["containers"][0]
+    assert c["resources"]["limits"]["memory"] == "2Gi"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    args = c["args"]
+    assert args[args.index("--url") + 1] == f"http://bench.{namespace}.svc.cluster.local:8000"
+    assert args[args.index("--model") + 1] == "tiny"
+    role = get(cluster, namespace, "role", "bench-bench")
+    assert role is not None
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [job["metadata"]["name"]],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    st = bench_status(cluster, namespace, "bench")
+    assert condition({"status": st}, "BenchmarkComplete")["reason"] == "BenchmarkRunning"
+
+    assert play_job(cluster, namespace, job, vllm_server.url, tmp_path) == 0
+
+    def measured() -> dict[str, Any] | None:
+        s = bench_status(cluster, namespace, "bench")
+        return s if condition({"status": s}, "BenchmarkComplete").get("status") == "True" else None
+
+    st = wait_for("BenchmarkComplete=True", measured, timeout=60)
+    b = st["benchmark"]
+    assert b["revision"] == rev
+    assert b["state"] == "Complete"
+    assert b["outputTokensPerSecond"] > 0
+    assert b["ttftP95Seconds"] > 0
+    # the capacity agrees with what the server itself reports
+    metrics = urllib.request.urlopen(f"{vllm_server.url}/metrics", timeout=10).read().decode()
+    info = next(line for line in metrics.splitlines() if line.startswith("vllm:cache_config_info"))
+    blocks = int(info.split('num_gpu_blocks="')[1].split('"')[0])
+    block_size = int(info.split('block_size="')[1].split('"')[0])
+    assert b["kvCacheTokens"] == blocks * block_size
+    assert condition({"status": st}, "BenchmarkPassed")["status"] == "True"
+    assert condition({"status": st}, "Ready")["status"] == "True"
+    # the full result survives the Job: a ConfigMap owned by the service
+    cm = get(cluster, namespace, "configmap", job["metadata"]["name"])
+    assert cm is not None
+    assert (
+        json.loads(cm["data"]["result.json"])["headline"]["outputTokensPerSecond"]
+        == b["outputTokensPerSecond"]
+    )
+    wait_for(
+        "the Job to complete",
+        lambda: (
+            condition(get(cluster, namespace, "job", job["metadata"]["name"]), "Complete").get(
+                "status"
+            )
+            == "True"
+        ),
+    )
+    # printer columns and the operator's own metrics
+    wide = cluster.kubectl("get", "vsvc", "bench", "-n", namespace, "-o", "wide")
+    assert "TOK/S" in wide
+    assert "Complete" in wide
+    scrape = (
+        urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    series = {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(scrape)
+        if family.name == "vllm_operator_benchmark_output_tokens_per_second"
+        for sample in family.samples
+    }
+    key = (("namespace", namespace), ("revision", rev), ("service", "bench"))
+    assert series[key] == pytest.approx(b["outputTokensPerSecond"])
+
+    # a spec change is a new revision: a new run; the old result stays in the history
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "bench",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"engine": {"maxNumSeqs": 8}}}),
+    )
+    job2 = wait_for(
+        "a Job for the new revision",
+        lambda: next(
+            (
+                j
+                for j in items(cluster, namespace, "jobs")
+                if j["metadata"]["name"] != job["metadata"]["name"]
+            ),
+            None,
+        ),
+        timeout=90,
+    )
+    assert job2["metadata"]["name"].startswith("bench-bench-")
+    runs = items(cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark")
+    assert len(runs) == 2
+
+
+def test_restarting_the_operator_during_a_run_starts_no_second_job(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, service("restart"))
+    job = job_of(cluster, namespace, "restart")
+    operator.stop()
+    operator.start()
+    time.sleep(operator.resync_seconds * 2 + 1)
+    jobs = items(cluster, namespace, "jobs")
+    assert [j["metadata"]["uid"] for j in jobs] == [job["metadata"]["uid"]]
+
+
+def test_a_newer_rollout_supersedes_a_running_benchmark(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, service("supersede"))
+    old = job_of(cluster, namespace, "supersede")
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "supersede",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"engine": {"maxNumSeqs": 8}}}),
+    )
+
+    def superseded() -> bool:
+        names = [
+            j["metadata"]["name"]
+            for j in items(cluster, namespace, "jobs")
+            if not j["metadata"].get("deletionTimestamp")
+        ]
+        return old["metadata"]["name"] not in names and len(names) == 1
+
+    wait_for("the old run replaced by the new one", superseded, timeout=90)
+    cm = get(cluster, namespace, "configmap", old["metadata"]["name"])
+    assert cm is not None
+    assert cm["data"]["state"] == "Failed"
+    assert "superseded" in cm["data"]["message"]
+
+
+def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
+    operator: OperatorProcess,
+    cluster: LocalCluster,
+    namespace: str,
+    vllm_server: VllmServer,
+    tmp_path: Path,
+) -> None:
+    apply(cluster, namespace, service("gated"))
+    first = job_of(cluster, namespace, "gated")
+    good_rev = bench_status(cluster, namespace, "gated")["revision"]
+    good_args = get(cluster, namespace, "deployment", "gated")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert play_job(cluster, namespace, first, vllm_server.url, tmp_path / "1") == 0
+    wait_for(
+        "the first run recorded",
+        lambda: (
+            (bench_status(cluster, namespace, "gated").get("benchmark") or {}).get("state")
+            == "Complete"
+        ),
+    )
+    # a new revision with a threshold it cannot meet
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "gated",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "engine": {"maxNumSeqs": 8},
+                    "benchmark": {
+                        "onFailure": "Rollback",
+                        "thresholds": {"minOutputTokensPerSecond": 1e9},
+                    },
+                }
+            }
+        ),
+    )
+    second = wait_for(
+        "the second run",
+        lambda: next(
+            (
+                j
+                for j in items(cluster, namespace, "jobs")
+                if j["metadata"]["name"] != first["metadata"]["name"]
+            ),
+            None,
+        ),
+        timeout=90,
+    )
+    bad_rev = second["metadata"]["labels"]["serving.vllm-operator.dev/revision"]
+    assert play_job(cluster, namespace, second, vllm_server.url, tmp_path / "2") == 0
+
+    def rolled_back() -> dict[str, Any] | None:
+        st = bench_status(cluster, namespace, "gated")
+        return (
+            st
+            if condition({"status": st}, "Degraded").get("reason") == "BenchmarkRollback"
+            else None
+        )
+
+    st = wait_for("the rollback", rolled_back, timeout=60)
+    degraded = condition({"status": st}, "Degraded")
+    assert degraded["status"] == "True"
+    assert "outputTokensPerSecond" in degraded["message"]
+    assert "< minimum 1e+09" in degraded["message"]
+    assert good_rev in degraded["message"]
+    assert st["revision"] == good_rev
+    assert st["benchmark"]["revision"] == bad_rev
+    assert st["benchmark"]["rolledBackTo"] == good_rev
+    assert condition({"status": st}, "BenchmarkPassed")["status"] == "False"
+    wait_for(
+        "the previous pod template restored",
+        lambda: (
+            get(cluster, namespace, "deployment", "gated")["spec"]["template"]["spec"][
+                "containers"
+            ][0]["args"]
+            == good_args
+        ),
+    )
+    events = items(cluster, namespace, "events")
+    assert any(e["reason"] == "BenchmarkRollback" and e["type"] == "Warning" for e in events)
+    # no loop: the failed revision is neither re-applied nor re-benchmarked
+    time.sleep(operator.resync_seconds * 3 + 1)
+    assert len(items(cluster, namespace, "jobs")) == 2
+    assert (
+        len(items(cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark")) == 2
+    )
+    dep = get(cluster, namespace, "deployment", "gated")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == good_args
+    assert bench_status(cluster, namespace, "gated")["revision"] == good_rev
+
+
+def test_disabled_benchmark_starts_no_job(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, service("nobench", benchmark={"enabled": False}))
+    wait_for("Ready", lambda: ready(cluster, namespace, "nobench"), timeout=90)
+    time.sleep(operator.resync_seconds * 2 + 1)
+    assert items(cluster, namespace, "jobs") == []
+    st = bench_status(cluster, namespace, "nobench")
+    assert "benchmark" not in st
+    assert condition({"status": st}, "BenchmarkComplete") == {}
+
+
+def test_a_failed_run_is_reported_and_the_service_stays_ready(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    apply(cluster, namespace, service("failing"))
+    job = job_of(cluster, namespace, "failing")
+    # the runner cannot reach any server: it exits non-zero and publishes what it has
+    nowhere = "http://127.0.0.1:9"
+    assert play_job(cluster, namespace, job, nowhere, tmp_path) != 0
+
+    def failed() -> dict[str, Any]:
+        return condition(
+            {"status": bench_status(cluster, namespace, "failing")}, "BenchmarkComplete"
+        )
+
+    c = wait_for(
+        "BenchmarkFailed",
+        lambda: (x := failed()).get("reason") == "BenchmarkFailed" and x,
+        timeout=60,
+    )
+    assert c["status"] == "False"
+    assert c["message"]
+    assert ready(cluster, namespace, "failing") is not None
+
+
+def test_a_run_past_its_deadline_is_reported_as_timed_out(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, service("slow", benchmark={"timeoutSeconds": 10}))
+    job_of(cluster, namespace, "slow")  # held Running by kwok: nobody plays it
+
+    def timed_out() -> dict[str, Any]:
+        return condition({"status": bench_status(cluster, namespace, "slow")}, "BenchmarkComplete")
+
+    c = wait_for(
+        "BenchmarkTimedOut",
+        lambda: (x := timed_out()).get("reason") == "BenchmarkTimedOut" and x,
+        timeout=90,
+    )
+    assert "deadline" in c["message"]
+    assert ready(cluster, namespace, "slow") is not None
