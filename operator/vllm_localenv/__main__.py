@@ -1,4 +1,10 @@
-"""Command line for the local cluster: `python -m vllm_localenv up|down|status|reset|env`."""
+"""Command line for the local environment: `python -m vllm_localenv COMMAND`.
+
+up | down | status | reset | env     the local cluster
+operator                            CRDs + RBAC + the operator as its ServiceAccount
+vllm                                a real vLLM server on CPU (the tiny model)
+play-benchmark SERVICE              run a benchmark Job's command here, as its pod would
+"""
 
 from __future__ import annotations
 
@@ -6,80 +12,156 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from vllm_localenv import benchjob
 from vllm_localenv.cluster import DEFAULT_STATE_DIR, ClusterError, LocalCluster, Ports
 from vllm_localenv.operator_process import OperatorProcess, install
+from vllm_localenv.vllm_server import VllmServer, tiny_model
 
 
-def _cluster(args: argparse.Namespace) -> LocalCluster:
-    ports = Ports.free() if os.environ.get("VLLM_LOCALENV_PORTS") == "free" else None
-    return LocalCluster(state_dir=Path(args.state_dir), ports=ports)
+def _export(cluster: LocalCluster) -> str:
+    return f"export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH"
+
+
+def _up(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    if not cluster.up(log=lambda m: print(f"  {m}", flush=True)):
+        print(
+            f"a local cluster is already running in {cluster.state_dir} "
+            f"(apiserver {cluster.server}); not starting another"
+        )
+    else:
+        print(f"local cluster up in {time.monotonic() - t0:.1f}s at {cluster.server}")
+    print(f"use it with:\n  {_export(cluster)}")
+    return 0
+
+
+def _down(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    stopped = cluster.down()
+    print(f"stopped: {', '.join(stopped)}" if stopped else "no local cluster was running")
+    return 0
+
+
+def _status(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    running = cluster.running()
+    if not running:
+        print("not running")
+        return 1
+    for name, alive in running.items():
+        print(f"{name:26s} {'running' if alive else 'EXITED'}")
+    return 0 if all(running.values()) else 1
+
+
+def _reset(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    cluster.reset()
+    print(f"stopped and removed {cluster.state_dir}")
+    return 0
+
+
+def _env(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    print(_export(cluster))
+    return 0
+
+
+def _operator(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    if cluster.running().get("vllm-operator"):
+        print("the operator is already running")
+        return 0
+    install(cluster)
+    proc = OperatorProcess(
+        cluster, cluster.log_dir / "operator.log", resync_seconds=30, detached=True
+    )
+    proc.start()
+    print(f"operator running (pid {proc.pid}); log: {proc.log_path}")
+    return 0
+
+
+def _vllm(cluster: LocalCluster, args: argparse.Namespace) -> int:
+    if cluster.running().get("vllm"):
+        print("the local vLLM server is already running")
+        return 0
+    server = VllmServer(
+        model=tiny_model(),
+        served_name=args.served_model_name,
+        port=args.port,
+        log_path=cluster.log_dir / "vllm.log",
+    )
+    t0 = time.monotonic()
+    server.start()
+    cluster.adopt("vllm", server.process)
+    print(
+        f"vLLM serving {args.served_model_name} at {server.url} "
+        f"(ready in {time.monotonic() - t0:.0f}s); log: {server.log_path}"
+    )
+    return 0
+
+
+def _play(cluster: LocalCluster, args: argparse.Namespace) -> int:
+    job = benchjob.current_job(cluster, args.namespace, args.service)
+    workdir = cluster.state_dir / "benchmarks" / job["metadata"]["name"]
+    code = benchjob.play(cluster, args.namespace, job, args.url, workdir)
+    print(f"benchmark {job['metadata']['name']} exited {code}; files in {workdir}")
+    return code
+
+
+COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str]] = {
+    "up": (_up, "start the local cluster (no-op when it is running)"),
+    "down": (_down, "stop the processes this tool started, and nothing else"),
+    "status": (_status, "which components are running"),
+    "reset": (_reset, "stop and delete all state (PKI, etcd data, logs)"),
+    "env": (_env, "print the export line for kubectl"),
+    "operator": (
+        _operator,
+        (
+            "install the CRDs and RBAC, start the operator in the background "
+            "as its ServiceAccount (stopped by `down`)"
+        ),
+    ),
+    "vllm": (
+        _vllm,
+        (
+            "start a real vLLM server on CPU (the tiny test model) in the background "
+            "on 127.0.0.1 (stopped by `down`)"
+        ),
+    ),
+    "play-benchmark": (
+        _play,
+        (
+            "run a service's benchmark Job command here, against the local "
+            "vLLM server, as its pod would (kwok runs nothing in pods)"
+        ),
+    ),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vllm-localenv", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="vllm-localenv",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--state-dir",
         default=str(DEFAULT_STATE_DIR),
         help="where the PKI, kubeconfig, logs and etcd data live",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("up", help="start the local cluster (no-op when it is running)")
-    sub.add_parser("down", help="stop the processes `up` started, and nothing else")
-    sub.add_parser("status", help="which components are running")
-    sub.add_parser("reset", help="stop and delete all state (PKI, etcd data, logs)")
-    sub.add_parser("env", help="print the export line for kubectl")
-    sub.add_parser(
-        "operator",
-        help="install the CRDs and RBAC, start the operator in the "
-        "background as its ServiceAccount (stopped by `down`)",
-    )
+    parsers = {name: sub.add_parser(name, help=text) for name, (_, text) in COMMANDS.items()}
+    parsers["vllm"].add_argument("--served-model-name", default="tiny")
+    parsers["vllm"].add_argument("--port", type=int, default=18000)
+    parsers["play-benchmark"].add_argument("service")
+    parsers["play-benchmark"].add_argument("-n", "--namespace", default="default")
+    parsers["play-benchmark"].add_argument("--url", default="http://127.0.0.1:18000")
     args = parser.parse_args(argv)
-    cluster = _cluster(args)
-    export = f"export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH"
+    ports = Ports.free() if os.environ.get("VLLM_LOCALENV_PORTS") == "free" else None
+    cluster = LocalCluster(state_dir=Path(args.state_dir), ports=ports)
     try:
-        if args.cmd == "up":
-            t0 = time.monotonic()
-            if not cluster.up(log=lambda m: print(f"  {m}", flush=True)):
-                print(
-                    f"a local cluster is already running in {cluster.state_dir} "
-                    f"(apiserver {cluster.server}); not starting another"
-                )
-            else:
-                print(f"local cluster up in {time.monotonic() - t0:.1f}s at {cluster.server}")
-            print("use it with:")
-            print(f"  {export}")
-        elif args.cmd == "down":
-            stopped = cluster.down()
-            print(f"stopped: {', '.join(stopped)}" if stopped else "no local cluster was running")
-        elif args.cmd == "status":
-            running = cluster.running()
-            if not running:
-                print("not running")
-                return 1
-            for name, alive in running.items():
-                print(f"{name:26s} {'running' if alive else 'EXITED'}")
-            return 0 if all(running.values()) else 1
-        elif args.cmd == "reset":
-            cluster.reset()
-            print(f"stopped and removed {cluster.state_dir}")
-        elif args.cmd == "env":
-            print(export)
-        elif args.cmd == "operator":
-            if cluster.running().get("vllm-operator"):
-                print("the operator is already running")
-                return 0
-            install(cluster)
-            proc = OperatorProcess(
-                cluster, cluster.log_dir / "operator.log", resync_seconds=30, detached=True
-            )
-            proc.start()
-            print(f"operator running (pid {proc.pid}); log: {proc.log_path}")
+        return COMMANDS[args.cmd][0](cluster, args)
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

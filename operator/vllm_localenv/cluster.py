@@ -210,6 +210,16 @@ def _is_ours(proc: _Proc) -> bool:
     return False
 
 
+def _signal(pid: int, sig: int) -> None:
+    """Signals a process this module started (verified by the caller) and, as every one of
+    them leads the session it was started in, its group: vLLM's engine-core children too."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
 def _port_in_use(port: int) -> bool:
     with socket.socket() as s:
         # like the servers themselves: connections lingering in TIME_WAIT do not block a bind
@@ -538,7 +548,8 @@ class LocalCluster:
         # container (a test, the demo) labels them with the exit code it got.
         texts = [
             t.replace(HELD_SELECTOR_ANCHOR, HELD_SELECTOR_ANCHOR + HELD_EXCLUSION, 1)
-            if "name: pod-complete" in t else t
+            if "name: pod-complete" in t
+            else t
             for t in texts
         ]
         if not any(HELD_EXCLUSION in t for t in texts):
@@ -679,16 +690,14 @@ class LocalCluster:
     def _kill(self, procs: list[_Proc], grace: float = 10.0) -> None:
         mine = [p for p in reversed(procs) if _is_ours(p)]
         for p in mine:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGTERM)
+            _signal(p.pid, signal.SIGTERM)
         end = time.monotonic() + grace
         for p in mine:
             while _is_ours(p) and time.monotonic() < end:
                 self._reap(p.pid)
                 time.sleep(0.1)
             if _is_ours(p):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGKILL)
+                _signal(p.pid, signal.SIGKILL)
             self._reap(p.pid)
 
     @staticmethod

@@ -77,6 +77,12 @@ class VllmServer:
     _proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def process(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise VllmError("the server is not running")
+        return self._proc
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
@@ -124,6 +130,7 @@ class VllmServer:
                 "TRANSFORMERS_OFFLINE": "1",
                 "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1",
+                "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache for the prefix benchmark
             }
         )
         with self.log_path.open("ab") as log:

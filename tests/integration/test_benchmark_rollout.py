@@ -11,9 +11,6 @@ server's - and relay the exit code to kwok, which then finishes the pod as a kub
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -23,7 +20,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import apply, condition, get, items, ready, sample, wait_for
-from vllm_localenv.cluster import EXIT_LABEL, LocalCluster
+from vllm_localenv import benchjob
+from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
 from vllm_localenv.vllm_server import VllmServer
 
@@ -60,38 +58,7 @@ def job_of(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
 def play_job(
     cluster: LocalCluster, namespace: str, job: dict[str, Any], url: str, tmp: Path
 ) -> int:
-    """Runs the Job's container command as its pod would, then relays the exit code."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    pod_spec = job["spec"]["template"]["spec"]
-    container = pod_spec["containers"][0]
-    args = list(container["args"])
-    args[args.index("--url") + 1] = url  # the Service's cluster DNS name does not resolve here
-    args[args.index("--out") + 1] = str(tmp / "results")  # the pod's emptyDir
-    assert container["command"] == ["python", "-m", "vllm_benchjob"]
-    kubeconfig = cluster.service_account_kubeconfig(
-        namespace, pod_spec["serviceAccountName"], tmp / "job.kubeconfig"
-    )
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "POD_NAMESPACE": namespace,
-        "MPLCONFIGDIR": str(tmp),
-    }
-    code = subprocess.run(
-        [sys.executable, "-m", "vllm_benchjob", *args], env=env, timeout=600, check=False
-    ).returncode
-    pods = items(cluster, namespace, "pods", f"job-name={job['metadata']['name']}")
-    for pod in pods:
-        cluster.kubectl(
-            "label",
-            "pod",
-            pod["metadata"]["name"],
-            "-n",
-            namespace,
-            f"{EXIT_LABEL}={code}",
-            "--overwrite",
-        )
-    return code
+    return benchjob.play(cluster, namespace, job, url, tmp)
 
 
 def bench_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
