@@ -77,6 +77,10 @@ test-unit: venv ## only the unit tests (no cluster, no vLLM)
 bench-operator: venv control-plane ## apply->Ready for 1 and 100 services, writes per no-op resync, memory
 	$(PY) benchmarks/operator_scale.py --services 100
 
+.PHONY: bench-runner
+bench-runner: venv vllm ## the benchmark runner vs upstream `vllm bench serve` on one vLLM server (throughput ratio, client CPU)
+	$(PY) benchmarks/bench_vs_vllm.py --rounds 4
+
 .PHONY: clean
 clean: ## remove caches of the Python tools (keeps the built binaries and venvs)
 	rm -rf .mypy_cache .ruff_cache .pytest_cache

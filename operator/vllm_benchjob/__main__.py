@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+
 from vllm_bench.cli import main as bench_main
 
 log = logging.getLogger("vllm_benchjob")

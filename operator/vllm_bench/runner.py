@@ -1,0 +1,178 @@
+"""One benchmark run: check the server (URL, served model names, version, cache
+configuration), size the prompts, run the scenarios in order within the run's budget, and
+return the result document. A scenario that fails is recorded in `errors` with what it
+measured until then; a connection failure or the deadline stops the run (every later request
+would fail the same way), and the scenarios not run are recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from vllm_bench import __version__
+from vllm_bench.client import BenchError, Budget, OpenAIClient
+from vllm_bench.metrics import CACHE_CONFIG_INFO
+from vllm_bench.promql import server_histograms
+from vllm_bench.results import build_document, error_record
+from vllm_bench.scenarios import SCENARIOS
+from vllm_bench.scenarios.base import BenchConfig, Context, NoProgress, Progress, ScenarioResult
+from vllm_bench.workload import SAMPLE_WORDS, PromptFactory
+
+STOPS_THE_RUN = {"connection", "deadline"}
+
+ScenarioDone = Callable[[str, ScenarioResult, BenchError | None], None]
+
+
+def normalise_url(url: str) -> str:
+    """The server's root URL (scheme, host, port; a trailing /v1 is dropped), or a usage
+    BenchError saying what is wrong with it."""
+    example = "such as http://my-model.my-namespace.svc:8000"
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise BenchError(
+            "usage", f"--url {url!r} is malformed ({exc}); give one {example}"
+        ) from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BenchError(
+            "usage", f"--url {url!r} is not an http(s) URL with a host; give one {example}"
+        )
+    if parts.query or parts.fragment:
+        raise BenchError("usage", f"--url {url!r} must not have a query or fragment")
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{path}"
+
+
+async def _prepare(
+    client: OpenAIClient, config: BenchConfig, environment: dict[str, Any], progress: Progress
+) -> Context:
+    if config.wait_ready_seconds > 0:
+        await client.wait_ready(config.wait_ready_seconds)
+    models = await client.served_models()
+    ids = [str(m.get("id")) for m in models]
+    if config.model not in ids:
+        raise BenchError(
+            "model-mismatch",
+            f"the server at {config.url} serves {', '.join(map(repr, ids)) or 'no model'}, "
+            f"not {config.model!r}: pass --model with the served model name",
+        )
+    entry = models[ids.index(config.model)]
+    max_model_len = entry.get("max_model_len")
+    environment.update(
+        {
+            "serverVersion": await client.server_version(),
+            "modelRoot": entry.get("root"),
+            "maxModelLen": max_model_len if isinstance(max_model_len, int) else None,
+        }
+    )
+    snapshot = await client.metrics()
+    environment["cacheConfig"] = snapshot.info_labels(CACHE_CONFIG_INFO) or {}
+    prompts = PromptFactory(config.seed)
+    tokens = await client.count_tokens(prompts.calibration_text())
+    if tokens:
+        prompts.tokens_per_word = tokens / SAMPLE_WORDS
+    environment["tokensPerWord"] = round(prompts.tokens_per_word, 4)
+    return Context(
+        client=client,
+        config=config,
+        prompts=prompts,
+        progress=progress,
+        max_model_len=environment["maxModelLen"],
+        cache_config=environment["cacheConfig"],
+    )
+
+
+async def run_benchmark(
+    config: BenchConfig,
+    progress: Progress | None = None,
+    on_scenario_done: ScenarioDone | None = None,
+    api_key: str | None = None,
+) -> dict[str, Any]:
+    """Runs the configured scenarios against config.url; never raises for a server-side
+    failure: the document's `errors` and `status` say what happened."""
+    started_at = time.time()
+    errors: list[dict[str, str]] = []
+    scenarios: dict[str, Any] = {}
+    environment: dict[str, Any] = {
+        "serverVersion": None,
+        "model": config.model,
+        "cacheConfig": {},
+        "runnerVersion": __version__,
+        "python": platform.python_version(),
+    }
+    budget = Budget(config.max_duration_seconds, config.max_rps)
+    connections = max(config.max_concurrency, config.requests, config.naive_requests) + 8
+    async with OpenAIClient(
+        config.url,
+        config.model,
+        budget,
+        timeout_seconds=config.timeout_seconds,
+        api_key=api_key,
+        max_connections=connections,
+    ) as client:
+        try:
+            ctx = await _prepare(client, config, environment, progress or NoProgress())
+        except BenchError as exc:
+            errors.append(error_record("setup", exc))
+        else:
+            await _run_scenarios(ctx, scenarios, errors, on_scenario_done)
+    finished_at = time.time()
+    extra: dict[str, Any] = {}
+    if config.prometheus_url and scenarios:
+        try:
+            extra["serverHistograms"] = await asyncio.to_thread(
+                server_histograms, config.prometheus_url, config.model, started_at, finished_at
+            )
+        except BenchError as exc:
+            errors.append(error_record("prometheus", exc))
+    return build_document(
+        config=config.as_document(),
+        environment=environment,
+        scenarios=scenarios,
+        errors=errors,
+        started_at=started_at,
+        finished_at=finished_at,
+        extra=extra,
+    )
+
+
+async def _run_scenarios(
+    ctx: Context,
+    scenarios: dict[str, Any],
+    errors: list[dict[str, str]],
+    on_scenario_done: ScenarioDone | None,
+) -> None:
+    names = list(ctx.config.scenarios)
+    for position, name in enumerate(names):
+        result = ScenarioResult()
+        failure: BenchError | None = None
+        t0 = time.perf_counter()
+        try:
+            await SCENARIOS[name](ctx, result)
+        except BenchError as exc:
+            failure = exc
+        except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far
+            failure = BenchError("internal", f"{type(exc).__name__}: {exc}")
+        result.elapsed_seconds = time.perf_counter() - t0
+        scenarios[name] = result.as_document()
+        if failure:
+            errors.append(error_record(name, failure))
+        if on_scenario_done:
+            on_scenario_done(name, result, failure)
+        if failure and failure.kind in STOPS_THE_RUN:
+            for rest in names[position + 1 :]:
+                errors.append(
+                    {
+                        "scenario": rest,
+                        "kind": "skipped",
+                        "message": f"not run: the run stopped at a {failure.kind} error in {name}",
+                    }
+                )
+            return

@@ -1,0 +1,215 @@
+"""What every scenario shares: the run's configuration, the context handed to a scenario,
+the result a scenario fills in as it goes (so that a failure keeps what was measured), and
+running a list of requests at a given concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vllm_bench.client import BenchError, Completion, OpenAIClient, Request
+from vllm_bench.stats import peak_overlap, percentile
+from vllm_bench.workload import PromptFactory
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """The run's settings (the CLI's arguments); recorded in the result document."""
+
+    url: str
+    model: str
+    scenarios: tuple[str, ...]
+    out: str
+    max_duration_seconds: float = 600.0
+    max_rps: float = 100.0
+    timeout_seconds: float = 120.0
+    requests: int = 16
+    input_tokens: int = 128
+    output_tokens: int = 32
+    max_concurrency: int = 32
+    prefix_tokens: int = 1024
+    prefix_requests: int = 8
+    prefix_cold_method: str = "auto"  # auto | reset | unseen-prefix
+    streaming_requests: int = 8
+    streaming_concurrency: int = 1
+    naive_requests: int = 4
+    naive_python: str | None = None
+    naive_model_dir: str | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    wait_ready_seconds: float = 0.0
+    metrics_interval_seconds: float = 0.25
+    prometheus_url: str | None = None
+
+    def as_document(self) -> dict[str, Any]:
+        """camelCase keys, as in the result document."""
+        doc: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            head, *rest = name.split("_")
+            doc[head + "".join(w.title() for w in rest)] = (
+                list(value) if isinstance(value, tuple) else value
+            )
+        return doc
+
+
+class Progress(Protocol):
+    """Progress display for long phases: `with progress.phase("serial", 16) as advance:`."""
+
+    def phase(
+        self, description: str, total: int
+    ) -> contextlib.AbstractContextManager[Callable[[], None]]: ...
+
+
+class NoProgress:
+    """Shows nothing (library use, tests)."""
+
+    @contextlib.contextmanager
+    def phase(self, description: str, total: int) -> Iterator[Callable[[], None]]:
+        yield lambda: None
+
+
+@dataclass
+class Context:
+    """What a scenario gets: the client, settings, prompts, and what the runner learnt
+    about the server before the scenarios ran."""
+
+    client: OpenAIClient
+    config: BenchConfig
+    prompts: PromptFactory
+    progress: Progress
+    max_model_len: int | None
+    cache_config: dict[str, str]
+
+
+@dataclass
+class ScenarioResult:
+    """Filled in by a scenario while it runs: `summary` (the numbers the operator and the
+    report read), `samples` (one record per request) and optional extra series."""
+
+    summary: dict[str, Any] = field(default_factory=dict)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    elapsed_seconds: float = 0.0
+
+    def as_document(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary,
+            "samples": self.samples,
+            **self.extra,
+            "elapsedSeconds": round(self.elapsed_seconds, 4),
+        }
+
+
+def sample_record(
+    c: Completion,
+    phase: str,
+    index: int,
+    phase_start: float,
+    *,
+    token_times: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One request as it appears in the result document (seconds)."""
+    record: dict[str, Any] = {
+        "phase": phase,
+        "index": index,
+        **extra,
+        "startSeconds": round(c.started - phase_start, 6),
+        "latencySeconds": round(c.latency, 6),
+        "ttftSeconds": None if c.ttft is None else round(c.ttft, 6),
+        "tpotSeconds": None if c.tpot is None else round(c.tpot, 6),
+        "promptTokens": c.prompt_tokens,
+        "outputTokens": c.output_tokens,
+        "finishReason": c.finish_reason,
+        "empty": c.empty,
+        "emptyFirstAttempt": c.empty_first_attempt,
+        "retried": c.retried,
+    }
+    if token_times:
+        record["tokenTimesSeconds"] = [round(t, 6) for t in c.token_times]
+    return record
+
+
+@dataclass
+class PhaseResult:
+    """The completions of one phase, in request order, and its wall-clock duration."""
+
+    completions: list[Completion]
+    wall_seconds: float
+    started: float
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(c.output_tokens for c in self.completions)
+
+    @property
+    def output_tokens_per_second(self) -> float:
+        return self.output_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def requests_per_second(self) -> float:
+        return len(self.completions) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def peak_in_flight(self) -> int:
+        """How many requests were in flight at once at most (the rate limit or a slow
+        client can keep this below the concurrency asked for)."""
+        return peak_overlap([(c.started, c.started + c.latency) for c in self.completions])
+
+    def latency(self, q: float) -> float | None:
+        return percentile([c.latency for c in self.completions], q)
+
+    def ttft(self, q: float) -> float | None:
+        return percentile([c.ttft for c in self.completions if c.ttft is not None], q)
+
+
+async def run_requests(
+    ctx: Context,
+    requests: Sequence[Request],
+    in_flight: int,
+    result: ScenarioResult,
+    phase: str,
+    *,
+    token_times: bool = False,
+    **extra: Any,
+) -> PhaseResult:
+    """Sends `requests` with at most `in_flight` of them at a time and records each completion in
+    `result.samples` as it finishes. The first failure cancels the rest and is raised; the
+    samples recorded until then stay in `result`."""
+    gate = asyncio.Semaphore(max(1, in_flight))
+    done: dict[int, Completion] = {}
+    started = time.perf_counter()
+
+    async def one(i: int, request: Request, advance: Callable[[], None]) -> None:
+        async with gate:
+            c = await ctx.client.generate(request)
+        done[i] = c
+        result.samples.append(sample_record(c, phase, i, started, token_times=token_times, **extra))
+        advance()
+
+    with ctx.progress.phase(phase, len(requests)) as advance:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for i, request in enumerate(requests):
+                    group.create_task(one(i, request, advance))
+        except* BenchError as failures:
+            raise failures.exceptions[0] from None
+    wall = time.perf_counter() - started
+    return PhaseResult([done[i] for i in sorted(done)], wall, started)
+
+
+def empty_counts(samples: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many requests came back empty at first, and how many stayed empty after the
+    greedy retry (see OpenAIClient.generate)."""
+    return {
+        "emptyCompletions": sum(1 for s in samples if s.get("emptyFirstAttempt")),
+        "emptyAfterRetry": sum(1 for s in samples if s.get("empty")),
+    }
+
+
+def rounded(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
