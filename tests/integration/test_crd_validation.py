@@ -8,7 +8,6 @@ import copy
 import json
 import re
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import wait_for
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster
 from vllm_operator import GROUP, PLURAL, VERSION
 
@@ -25,17 +25,6 @@ CRD_FILE = REPO_ROOT / "crds" / "vllmservices.yaml"
 SAMPLES_DIR = REPO_ROOT / "crds" / "samples"
 SAMPLES = sorted(SAMPLES_DIR.glob("*.yaml"))
 CRD_NAME = f"{PLURAL}.{GROUP}"
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
 
 
 def crd_conditions(cluster: LocalCluster) -> dict[str, dict[str, Any]]:

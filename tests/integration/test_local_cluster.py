@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.support import wait_for
 from vllm_localenv.cluster import GPU_PRODUCT_LABEL, LocalCluster, pinned_versions
 
 pytestmark = pytest.mark.cluster
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
 
 
 def gpu_deployment(name: str, replicas: int, gpus: int) -> client.V1Deployment:
