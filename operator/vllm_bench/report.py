@@ -149,9 +149,9 @@ def plot_queue_depth(doc: dict[str, Any]) -> Figure | None:
     ax.plot(t, [p.get("running") or 0 for p in timeline], label="running")
     ax.plot(t, [p.get("waiting") or 0 for p in timeline], label="waiting (queue)")
     ax.set(
-        xlabel="time in the batching scenario (s)",
+        xlabel="time in the ladder (s)",
         ylabel="requests",
-        title="Server queue during batching",
+        title="Server queue during the batching ladder (vllm:num_requests_*)",
     )
     ax.legend()
     return fig
@@ -195,7 +195,7 @@ def plot_token_timeline(doc: dict[str, Any]) -> Figure | None:
         ax.step(times, range(1, len(times) + 1), where="post", alpha=0.7)
     ax.set(
         xlabel="time since the request was sent (ms)",
-        ylabel="text chunks received",
+        ylabel="stream events received (tokens)",
         title="Streaming: token arrival per request",
     )
     return fig

@@ -74,7 +74,6 @@ def publish(core: client.CoreV1Api, namespace: str, name: str, out: Path, code: 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
         raise SystemExit(

@@ -67,6 +67,7 @@ def full_run(
         "--max-concurrency", "32",  # above the server's --max-num-seqs 16: requests must queue
         "--prefix-tokens", "1536",
         "--max-rps", "1000",  # the tiny model answers in ~0.2 s: 32 starts must fit in that
+        "--metrics-interval-seconds", "0.1",
         "--naive-python", str(vllm_server.venv / "bin" / "python"),
         "--naive-model-dir", str(tiny_model_dir),
         "--max-duration-seconds", "360",
