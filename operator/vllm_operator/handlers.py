@@ -98,6 +98,12 @@ def on_resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         _run(body, memo)
 
 
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)  # optional: no finalizer needed
+def on_delete(meta: kopf.Meta, **_: Any) -> None:
+    """Children go by garbage collection; only the service's metric series are ours to drop."""
+    metrics.forget(str(meta.get("namespace")), str(meta.get("name")))
+
+
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
 @kopf.on.event("", "v1", "configmaps", labels={"app.kubernetes.io/managed-by": MANAGED_BY})

@@ -38,8 +38,6 @@ class Event:
 class Outcome:
     changes: tuple[Change, ...] = ()
     events: tuple[Event, ...] = field(default_factory=tuple)
-    ready: bool = False
-    status: dict[str, Any] = field(default_factory=dict)
     runs: tuple[Run, ...] = ()  # the benchmark history, for the operator's metrics
 
 
@@ -167,8 +165,6 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
     return Outcome(
         tuple(changes),
         tuple(_events(old_status, status, changes)),
-        ready=_cond(status, "Ready") == "True",
-        status=status,
         runs=tuple(runs),
     )
 

@@ -282,7 +282,3 @@ def invalid_spec_status(
         "observedGeneration": generation,
         "conditions": merge_conditions(old.get("conditions", []), conds, generation, now),
     }
-
-
-def same_status(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a == b
