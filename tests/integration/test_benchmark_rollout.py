@@ -61,6 +61,26 @@ def play_job(
     return benchjob.play(cluster, namespace, job, url, tmp)
 
 
+def next_job(
+    cluster: LocalCluster, namespace: str, after: dict[str, Any], what: str
+) -> dict[str, Any]:
+    """Waits for a benchmark Job other than `after` (the run of a newer revision)."""
+    return dict(
+        wait_for(
+            what,
+            lambda: next(
+                (
+                    j
+                    for j in items(cluster, namespace, "jobs")
+                    if j["metadata"]["name"] != after["metadata"]["name"]
+                ),
+                None,
+            ),
+            timeout=90,
+        )
+    )
+
+
 def bench_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
     return dict((get(cluster, namespace, "vllmservice", name) or {}).get("status", {}))
 
@@ -174,18 +194,7 @@ def test_a_finished_rollout_is_benchmarked_and_the_results_kept(
         "-p",
         json.dumps({"spec": {"engine": {"maxNumSeqs": 8}}}),
     )
-    job2 = wait_for(
-        "a Job for the new revision",
-        lambda: next(
-            (
-                j
-                for j in items(cluster, namespace, "jobs")
-                if j["metadata"]["name"] != job["metadata"]["name"]
-            ),
-            None,
-        ),
-        timeout=90,
-    )
+    job2 = next_job(cluster, namespace, after=job, what="a Job for the new revision")
     assert job2["metadata"]["name"].startswith("bench-bench-")
     runs = items(cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark")
     assert len(runs) == 2
@@ -276,18 +285,7 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
             }
         ),
     )
-    second = wait_for(
-        "the second run",
-        lambda: next(
-            (
-                j
-                for j in items(cluster, namespace, "jobs")
-                if j["metadata"]["name"] != first["metadata"]["name"]
-            ),
-            None,
-        ),
-        timeout=90,
-    )
+    second = next_job(cluster, namespace, after=first, what="the second run")
     bad_rev = second["metadata"]["labels"]["serving.vllm-operator.dev/revision"]
     assert play_job(cluster, namespace, second, vllm_server.url, tmp_path / "2") == 0
 
