@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the monitoring pipeline's Go binaries from the Go module proxy into the same ignored
+# cache as the control plane (${VLLM_OPERATOR_CACHE:-~/.cache/vllm-operator}/bin):
+#   prometheus-adapter (serves custom.metrics.k8s.io from Prometheus, for the HPA's band metric).
+# Skipped when the pinned version is already present, so a warm run takes a second.
+# Why a wrapper module: the Go proxy serves sigs.k8s.io/prometheus-adapter v0.12.0 but refuses
+# its version list (403), so `go install ...@v0.12.0` fails; requiring it from a local module
+# and building its cmd/adapter package works (cold ~7 min, 62 MB).
+# Prometheus itself and promtool come from Debian (`apt-get install prometheus`, 2.42).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/versions.env
+source "$ROOT/scripts/versions.env"
+PROMETHEUS_ADAPTER_VERSION="${PROMETHEUS_ADAPTER_VERSION:-0.12.0}"
+CACHE="${VLLM_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-operator}"
+BIN="$CACHE/bin"
+WORK="$CACHE/gobuild"
+LOGS="$CACHE/build-logs"
+mkdir -p "$BIN" "$WORK" "$LOGS"
+
+export GOFLAGS="-buildvcs=false -mod=mod"
+export CGO_ENABLED=0
+
+die() { echo "build-monitoring: ERROR: $*" >&2; exit 1; }
+have() { [ -x "$BIN/$1" ] && [ -f "$BIN/$1.version" ] && [ "$(cat "$BIN/$1.version")" = "$2" ]; }
+stamp() { echo "$2" > "$BIN/$1.version"; }
+timed() {  # timed NAME LOG cmd... -> runs cmd, records seconds, shows the log tail on failure
+  local name=$1 log=$2; shift 2
+  local t0; t0=$(date +%s)
+  if ! "$@" >"$log" 2>&1; then
+    echo "---- last 30 lines of $log ----" >&2; tail -n 30 "$log" >&2
+    die "building $name failed (Go module: $MODULE_UNDER_BUILD); full log: $log"
+  fi
+  echo "built $name in $(( $(date +%s) - t0 ))s"
+}
+command -v go >/dev/null || die "the go command is not installed (needed to build prometheus-adapter)"
+
+# ---------- prometheus-adapter ----------
+if ! have prometheus-adapter "v$PROMETHEUS_ADAPTER_VERSION"; then
+  MODULE_UNDER_BUILD="sigs.k8s.io/prometheus-adapter@v$PROMETHEUS_ADAPTER_VERSION"
+  d="$WORK/prometheus-adapter-v$PROMETHEUS_ADAPTER_VERSION"; mkdir -p "$d"
+  printf 'module vllm-operator.local/adapterbuild\n\ngo %s\n\nrequire sigs.k8s.io/prometheus-adapter v%s\n' \
+    "$(go env GOVERSION | sed 's/^go//' | cut -d. -f1,2)" "$PROMETHEUS_ADAPTER_VERSION" > "$d/go.mod"
+  timed "prometheus-adapter v$PROMETHEUS_ADAPTER_VERSION" "$LOGS/prometheus-adapter.log" \
+    bash -c "cd '$d' && go build -trimpath -ldflags '-s -w' -o '$BIN/prometheus-adapter' sigs.k8s.io/prometheus-adapter/cmd/adapter"
+  stamp prometheus-adapter "v$PROMETHEUS_ADAPTER_VERSION"
+else
+  echo "prometheus-adapter v$PROMETHEUS_ADAPTER_VERSION present, skipping"
+fi
+command -v promtool >/dev/null || echo "build-monitoring: note: promtool is missing (apt-get install prometheus)" >&2
+echo "monitoring binaries ready in $BIN"
