@@ -42,11 +42,15 @@ PRUNABLE = (("autoscaling/v2", "HorizontalPodAutoscaler"), ("policy/v1", "PodDis
 
 
 class ApplyError(RuntimeError):
-    """The API server refused a write; `permanent` when retrying cannot help (422)."""
+    """The API server refused a request (a denied or failed write, a failed read): the
+    server's message, and its HTTP status code. `permanent` when the same request can never
+    succeed for this spec (400/422 on a child); the reconcile still reports it in the status
+    and retries with back-off, since an admission policy or a quota can change."""
 
-    def __init__(self, message: str, *, permanent: bool) -> None:
+    def __init__(self, message: str, *, permanent: bool, code: int | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.code = code
 
 
 def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -136,14 +140,17 @@ class Writer:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise
+            raise _failed(f"reading {kind} {name}", exc) from exc
 
     def list_children(
         self, api_version: str, kind: str, namespace: str, selector: str
     ) -> list[dict[str, Any]]:
-        out = self._call(
-            "GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)]
-        )
+        try:
+            out = self._call(
+                "GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)]
+            )
+        except ApiException as exc:
+            raise _failed(f"listing {kind}s", exc) from exc
         return list(out.get("items", []))
 
     def stamp(self, desired: dict[str, Any]) -> dict[str, Any]:
@@ -186,10 +193,12 @@ class Writer:
             reason = _reason(exc)
             if exc.status == 409:  # conflict despite force: a concurrent delete; retry soon
                 raise ApplyError(
-                    f"{kind} {meta['name']}: conflict: {reason}", permanent=False
+                    f"{kind} {meta['name']}: conflict: {reason}", permanent=False, code=409
                 ) from exc
             raise ApplyError(
-                f"{kind} {meta['name']}: {reason}", permanent=exc.status in (400, 422)
+                f"{kind} {meta['name']}: {reason}",
+                permanent=exc.status in (400, 422),
+                code=exc.status,
             ) from exc
         return Change(kind, meta["name"], "created" if live is None else "updated")
 
@@ -228,7 +237,7 @@ class Writer:
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise
+            raise _failed(f"deleting {kind} {name}", exc) from exc
         return True
 
     def patch_configmap(self, namespace: str, name: str, data: dict[str, str]) -> bool:
@@ -244,23 +253,38 @@ class Writer:
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise ApplyError(f"ConfigMap {name}: {_reason(exc)}", permanent=False) from exc
+            raise _failed(f"ConfigMap {name}", exc) from exc
         return True
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Replaces the service's status (merge patch on the status subresource)."""
+    def replace_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replaces the service's whole status (the status subresource).
+
+        A JSON patch `add /status` replaces the object at /status as one value, so nothing the
+        operator no longer computes can survive (a merge patch keeps nested keys it does not
+        name, e.g. status.benchmark.passed of an earlier revision). Server-side apply would
+        too, but only for fields its own Apply entry owns: fields written by an earlier
+        version's merge patches belong to an Update entry and would stay. No resourceVersion
+        is needed: the status is recomputed from a fresh read under the service's lock.
+        """
         try:
             self.writes += 1
             self._call(
                 "PATCH",
                 _path(API_VERSION, "VLLMService", namespace, name) + "/status",
-                body={"status": status},
-                content_type="application/merge-patch+json",
+                body=[{"op": "add", "path": "/status", "value": status}],
+                query=[("fieldManager", self.settings.field_manager)],
+                content_type="application/json-patch+json",
             )
         except ApiException as exc:
             if exc.status == 404:  # deleted meanwhile: nothing left to report on
                 return
-            raise ApplyError(f"status of {name}: {_reason(exc)}", permanent=False) from exc
+            raise ApplyError(
+                f"status of {name}: {_reason(exc)}", permanent=False, code=exc.status
+            ) from exc
+
+
+def _failed(what: str, exc: ApiException) -> ApplyError:
+    return ApplyError(f"{what}: {_reason(exc)}", permanent=False, code=exc.status)
 
 
 def _reason(exc: ApiException) -> str:

@@ -14,7 +14,7 @@ from kubernetes import client, config
 
 from vllm_operator import GROUP, PLURAL, VERSION, metrics
 from vllm_operator.apply import ApplyError, Writer
-from vllm_operator.reconcile import InvalidSpecError, Outcome, reconcile
+from vllm_operator.reconcile import Outcome, reconcile
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL
 from vllm_operator.settings import OperatorSettings
 
@@ -55,46 +55,63 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     metrics.serve(ours.metrics_port)
 
 
-def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
-    body = cast(kopf.Body, raw)  # kopf's event poster reads only apiVersion/kind/metadata
+def backoff(retry: int) -> float:
+    """Seconds before the next attempt after `retry` failed ones: 5 s doubling to 5 min."""
+    return float(min(5 * 2 ** min(retry, 6), 300))
+
+
+def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome | None:
+    """Reconciles the service `raw` names, as it is now: kopf's body can be older than the
+    object (a resume after a restart, a timer between two spec changes), and both the spec
+    to apply and the status that transitions are computed against must be the latest.
+    None when the service is gone or being deleted."""
     meta = raw["metadata"]
-    lock = memo.locks[(meta["namespace"], meta["name"])]
+    namespace, name = meta["namespace"], meta["name"]
+    lock = memo.locks[(namespace, name)]
     writes_before = memo.writer.writes
     try:
         with lock:
-            outcome = reconcile(dict(body), memo.writer, memo.settings)
-    except InvalidSpecError as exc:
-        metrics.RECONCILES.labels("invalid").inc()
-        kopf.warn(body, reason="InvalidSpec", message=str(exc))
-        raise kopf.PermanentError(str(exc)) from exc
-    except ApplyError as exc:
+            fresh = memo.writer.get(f"{GROUP}/{VERSION}", "VLLMService", namespace, name)
+            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                return None
+            outcome = reconcile(fresh, memo.writer, memo.settings)
+    except ApplyError as exc:  # the service itself could not be read
         metrics.RECONCILES.labels("error").inc()
-        if exc.permanent:
-            kopf.warn(body, reason="ApplyFailed", message=str(exc))
-            raise kopf.PermanentError(str(exc)) from exc
-        raise kopf.TemporaryError(str(exc), delay=10) from exc
+        raise kopf.TemporaryError(str(exc), delay=backoff(0)) from exc
     finally:
         metrics.WRITES.inc(memo.writer.writes - writes_before)
-    metrics.RECONCILES.labels("ok").inc()
+    body = cast(kopf.Body, fresh)  # kopf's event poster reads only apiVersion/kind/metadata
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    metrics.record_runs(meta["namespace"], meta["name"], outcome.runs)
+    if outcome.invalid is not None:
+        metrics.RECONCILES.labels("invalid").inc()
+    elif outcome.failed is not None:
+        metrics.RECONCILES.labels("error").inc()
+        log.warning("reconcile of %s/%s failed: %s", namespace, name, outcome.failed)
+    else:
+        metrics.RECONCILES.labels("ok").inc()
+        metrics.record_runs(namespace, name, outcome.runs)
     return outcome
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_spec(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    _run(body, memo)
+def on_spec(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    outcome = _run(body, memo)
+    if outcome is not None and outcome.invalid is not None:  # in the status; a fix is an update
+        raise kopf.PermanentError(outcome.invalid)
+    if outcome is not None and outcome.failed is not None:  # in the status; retried
+        raise kopf.TemporaryError(str(outcome.failed), delay=backoff(retry))
 
 
 @kopf.timer(
     GROUP, VERSION, PLURAL, interval=SETTINGS.resync_seconds, initial_delay=SETTINGS.resync_seconds
 )
 def on_resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Drift timer: the same reconcile. Reads only, unless something drifted."""
-    with contextlib.suppress(kopf.PermanentError):  # already reported in status
+    """Drift timer: the same reconcile. Reads only, unless something drifted. A failure is
+    already in the status; the next tick retries it."""
+    with contextlib.suppress(kopf.TemporaryError):
         _run(body, memo)
 
 
@@ -114,10 +131,7 @@ def on_child_event(body: kopf.Body, memo: kopf.Memo, type: str, **_: Any) -> Non
     namespace = body.get("metadata", {}).get("namespace")
     if not service or not namespace:
         return
-    owner = memo.writer.get(f"{GROUP}/{VERSION}", "VLLMService", namespace, service)
-    if owner is None or owner["metadata"].get("deletionTimestamp"):
-        return
     try:
-        _run(owner, memo)
-    except (kopf.PermanentError, kopf.TemporaryError) as exc:
+        _run({"metadata": {"namespace": namespace, "name": service}}, memo)
+    except kopf.TemporaryError as exc:
         log.info("reconcile of %s/%s after a child %s: %s", namespace, service, type, exc)

@@ -1,4 +1,9 @@
-"""The pipeline: parse -> render -> apply -> observe -> status. One idempotent function."""
+"""The pipeline: parse -> render -> apply -> observe -> status. One idempotent function.
+
+Whatever goes wrong after parsing reaches the status: an invalid spec is Ready=False /
+InvalidSpec, a request the API server refuses or fails is Ready=False / ApplyFailed with the
+server's message. Events are derived from condition transitions, so each is posted once.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vllm_operator import benchmarking
-from vllm_operator.apply import Change, Writer
+from vllm_operator.apply import ApplyError, Change, Writer
 from vllm_operator.benchmarking import history
 from vllm_operator.gates import Run, judge
 from vllm_operator.observe import observe
@@ -20,11 +25,7 @@ from vllm_operator.render.deployment import render_deployment, render_pod_templa
 from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service, VLLMServiceSpec
-from vllm_operator.status import compute_status, invalid_spec_status
-
-
-class InvalidSpecError(ValueError):
-    """The spec passed the schema but not the operator's own checks; retrying cannot help."""
+from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class Outcome:
     changes: tuple[Change, ...] = ()
     events: tuple[Event, ...] = field(default_factory=tuple)
     runs: tuple[Run, ...] = ()  # the benchmark history, for the operator's metrics
+    # the spec passed the schema but not the operator's own checks: retrying cannot help
+    invalid: str | None = None
+    # a request was refused or failed: reported in the status; the caller retries (back-off)
+    failed: ApplyError | None = None
 
 
 def _now() -> str:
@@ -66,23 +71,41 @@ def render_children(
     return [m for m in rendered if m is not None]
 
 
-def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch turning `old` into `new` (null removes fields that went away)."""
-    return {**dict.fromkeys(k for k in old if k not in new), **new}
+def _write_status(
+    writer: Writer, meta: dict[str, Any], old: dict[str, Any], new: dict[str, Any]
+) -> None:
+    """The whole status, replaced, and only when it changed (a no-op resync writes nothing)."""
+    if new != old:
+        writer.replace_status(meta["namespace"], meta["name"], new)
 
 
 def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) -> Outcome:
+    """`body`: the service as it is now (the caller reads it fresh): its status is the old
+    status that transitions and events are computed against."""
     meta = body["metadata"]
     old_status = dict(body.get("status") or {})
+    generation = int(meta.get("generation", 1))
     try:
         svc = Service.from_body(body)
     except ValidationError as exc:
         message = describe(exc)
-        status = invalid_spec_status(old_status, meta.get("generation", 1), message, _now())
-        if status != old_status:
-            writer.patch_status(meta["namespace"], meta["name"], _status_patch(old_status, status))
-        raise InvalidSpecError(message) from exc
+        status = invalid_spec_status(old_status, generation, message, _now())
+        _write_status(writer, meta, old_status, status)
+        return Outcome(events=tuple(_events(old_status, status, [])), invalid=message)
+    try:
+        return _pipeline(svc, old_status, writer, settings)
+    except ApplyError as exc:
+        status = apply_failed_status(old_status, generation, str(exc), _now())
+        try:
+            _write_status(writer, meta, old_status, status)
+        except ApplyError:  # the status itself was refused: the error is raised anyway
+            return Outcome(failed=exc)
+        return Outcome(events=tuple(_events(old_status, status, [])), failed=exc)
 
+
+def _pipeline(
+    svc: Service, old_status: dict[str, Any], writer: Writer, settings: OperatorSettings
+) -> Outcome:
     bench_on = svc.spec.benchmark.enabled
     runs = history(writer, svc) if bench_on else []
     rev = revision(render_pod_template(svc, settings))
@@ -160,8 +183,7 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
         bench=bench,
         revision=rolled_back_to or rev,
     )
-    if status != old_status:
-        writer.patch_status(svc.namespace, svc.name, _status_patch(old_status, status))
+    _write_status(writer, {"namespace": svc.namespace, "name": svc.name}, old_status, status)
     return Outcome(
         tuple(changes),
         tuple(_events(old_status, status, changes)),

@@ -70,6 +70,17 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
     seen = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
     rolled_out = seen and updated >= want and total <= want and available >= want
     deadline = dep_conds.get("Progressing", {}).get("reason") == "ProgressDeadlineExceeded"
+    # the ReplicaSet could not create pods (a ResourceQuota, Pod Security, a webhook): the
+    # Deployment controller copies its ReplicaFailure condition up; no rollout is progressing
+    failure = dep_conds.get("ReplicaFailure", {})
+    if failure.get("status") == "True" and not rolled_out and want:
+        reason = failure.get("reason") or "FailedCreate"
+        message = f"pods cannot be created: {failure.get('message', '')}".strip()
+        return [
+            Cond("Ready", "False", reason, f"{available}/{want} replicas available; {message}"),
+            Cond("Progressing", "False", reason, message),
+            Cond("Degraded", "True", reason, message),
+        ], counts
 
     conds: list[Cond] = []
     if want == 0:
@@ -268,17 +279,46 @@ def compute_status(
     return status
 
 
+def failure_status(  # noqa: PLR0917 (all six are needed; callers name the condition)
+    old: dict[str, Any], generation: int, reason: str, message: str, progress: str, now: str
+) -> dict[str, Any]:
+    """Ready=False, Progressing=False and Degraded=True with `reason`, for the current
+    generation; everything else the status said is kept, other conditions too (what the
+    children did until now is still true)."""
+    conds = [
+        Cond("Ready", "False", reason, message),
+        Cond("Progressing", "False", reason, progress),
+        Cond("Degraded", "True", reason, message),
+    ]
+    mine = {c.type for c in conds}
+    old_conds = old.get("conditions", [])
+    return {
+        **old,
+        "observedGeneration": generation,
+        "conditions": merge_conditions(old_conds, conds, generation, now)
+        + [c for c in old_conds if c.get("type") not in mine],
+    }
+
+
 def invalid_spec_status(
     old: dict[str, Any], generation: int, message: str, now: str
 ) -> dict[str, Any]:
     """Ready=False/InvalidSpec; everything else the status said is kept (nothing is lost)."""
-    conds = [
-        Cond("Ready", "False", "InvalidSpec", message),
-        Cond("Progressing", "False", "InvalidSpec", "fix the spec; nothing was applied"),
-        Cond("Degraded", "True", "InvalidSpec", message),
-    ]
-    return {
-        **old,
-        "observedGeneration": generation,
-        "conditions": merge_conditions(old.get("conditions", []), conds, generation, now),
-    }
+    return failure_status(
+        old, generation, "InvalidSpec", message, "fix the spec; nothing was applied", now
+    )
+
+
+def apply_failed_status(
+    old: dict[str, Any], generation: int, message: str, now: str
+) -> dict[str, Any]:
+    """Ready=False/ApplyFailed with the API server's message: a child was refused (an
+    admission policy, a quota, RBAC) or the API server failed; the operator retries."""
+    return failure_status(
+        old,
+        generation,
+        "ApplyFailed",
+        message,
+        f"generation {generation} could not be applied; retrying with back-off",
+        now,
+    )

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.unit.builders import service
 from vllm_operator.apply import Change, Writer, covers
-from vllm_operator.reconcile import Event, _events, _status_patch
+from vllm_operator.reconcile import Event, _events
 from vllm_operator.render.deployment import render_deployment
 from vllm_operator.settings import OperatorSettings
 
@@ -280,21 +280,7 @@ def test_apply_writes_when_a_rendered_field_was_removed() -> None:
     assert change == Change("Deployment", "minimal", "updated")
 
 
-# ---- reconcile: status patch and events ----------------------------------------------------
-
-
-def test_status_patch_nulls_removed_keys() -> None:
-    old = {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2, "model": "m"}
-    new = {"observedGeneration": 2, "model": "m", "conditions": []}
-    assert _status_patch(old, new) == {
-        "replicas": None,
-        "readyReplicas": None,
-        "observedGeneration": 2,
-        "model": "m",
-        "conditions": [],
-    }
-    assert _status_patch({}, new) == new
-    assert _status_patch(new, new) == new
+# ---- reconcile: events (the status write: test_reconcile.py) --------------------------
 
 
 def cond(kind: str, status: str, reason: str, message: str = "") -> dict[str, Any]:

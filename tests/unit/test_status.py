@@ -10,7 +10,7 @@ import pytest
 from tests.unit.builders import service
 from vllm_operator.observed import Observed, PodProblem, pod_problems
 from vllm_operator.settings import OperatorSettings
-from vllm_operator.status import compute_status, invalid_spec_status
+from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
 
 SETTINGS = OperatorSettings(cluster_domain="cluster.local")
 T0 = "2030-01-01T00:00:00Z"
@@ -401,3 +401,72 @@ def test_pod_problems_from_pods() -> None:
         PodProblem("a", "Unschedulable", "0/1 nodes"),
         PodProblem("b", "CrashLoopBackOff", "back-off"),
     )
+
+
+def test_pods_that_cannot_be_created_are_reported_not_a_rollout_in_progress() -> None:
+    quota = (
+        'pods "minimal-5d8f-x" is forbidden: exceeded quota: gpus, requested: '
+        "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=0, limited: "
+        "requests.nvidia.com/gpu=0"
+    )
+    dep = deployment(
+        2,
+        total=0,
+        updated=0,
+        ready=0,
+        available=0,
+        conditions=[
+            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated"},
+            {
+                "type": "ReplicaFailure",
+                "status": "True",
+                "reason": "FailedCreate",
+                "message": quota,
+            },
+        ],
+    )
+    st = brief(status(Observed(deployment=dep)))
+    assert st["Ready"] == (
+        "False",
+        "FailedCreate",
+        f"0/2 replicas available; pods cannot be created: {quota}",
+    )
+    assert st["Progressing"] == ("False", "FailedCreate", f"pods cannot be created: {quota}")
+    assert st["Degraded"] == ("True", "FailedCreate", f"pods cannot be created: {quota}")
+
+
+def test_a_resolved_replica_failure_is_no_longer_reported() -> None:
+    dep = deployment(
+        2, conditions=[{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}]
+    )
+    st = brief(status(Observed(deployment=dep)))  # all replicas are there: it was resolved
+    assert st["Ready"][:2] == ("True", "Available")
+    assert st["Degraded"][:2] == ("False", "AsExpected")
+
+
+def test_apply_failed_keeps_the_rest_of_the_status_and_other_conditions() -> None:
+    old = {
+        "observedGeneration": 3,
+        "replicas": 2,
+        "benchmark": {"revision": "abc", "state": "Complete"},
+        "conditions": [
+            c("Ready", "True", "Available", "2/2"),
+            c("BenchmarkComplete", "True", "Measured", "revision abc: ..."),
+        ],
+    }
+    st = apply_failed_status(old, GEN, "Service minimal: forbidden: exceeded quota", T1)
+    assert st["observedGeneration"] == GEN
+    assert st["replicas"] == 2
+    assert st["benchmark"] == old["benchmark"]
+    assert brief(st) == {
+        "Ready": ("False", "ApplyFailed", "Service minimal: forbidden: exceeded quota"),
+        "Progressing": (
+            "False",
+            "ApplyFailed",
+            f"generation {GEN} could not be applied; retrying with back-off",
+        ),
+        "Degraded": ("True", "ApplyFailed", "Service minimal: forbidden: exceeded quota"),
+        "BenchmarkComplete": ("True", "Measured", "revision abc: ..."),
+    }
+    assert cond(st, "Ready")["observedGeneration"] == GEN
+    assert cond(st, "Ready")["lastTransitionTime"] == T1

@@ -1,0 +1,136 @@
+"""An in-memory stand-in for the API server behind the real Writer, for unit tests of the
+reconcile and the benchmark step: the Writer's own logic (covers, stamp, prune, status
+replace) runs unchanged; only its one HTTP call is answered from a dict.
+
+It keeps what a test needs to assert on: every request (method, path), the objects, and
+denials it is told to answer with (code and message, as an admission policy would).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from vllm_operator.apply import Writer
+from vllm_operator.settings import OperatorSettings
+
+WRITES = ("PATCH", "DELETE", "POST", "PUT")
+
+
+def _error(code: int, message: str) -> ApiException:
+    return ApiException(status=code, reason="Error", body=json.dumps({"message": message}))
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (what the API server does with merge-patch+json)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    pairs = [p.split("=", 1) for p in selector.split(",") if p]
+    return all(labels.get(k) == v for k, v in pairs)
+
+
+class FakeApi(Writer):
+    def __init__(self, settings: OperatorSettings | None = None) -> None:
+        super().__init__(None, settings or OperatorSettings())  # type: ignore[arg-type]
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.denials: dict[str, tuple[int, str]] = {}  # path fragment -> (code, message)
+
+    # ---- test helpers -------------------------------------------------------------------
+    def put(self, path: str, obj: dict[str, Any]) -> None:
+        self.objects[path] = copy.deepcopy(obj)
+
+    def deny(self, fragment: str, code: int, message: str) -> None:
+        """Writes to paths containing `fragment` are answered with `code` and `message`."""
+        self.denials[fragment] = (code, message)
+
+    def writes_made(self) -> list[tuple[str, str]]:
+        return [r for r in self.requests if r[0] in WRITES]
+
+    # ---- the one HTTP call ----------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        self.requests.append((method, path))
+        if method in WRITES:
+            for fragment, (code, message) in self.denials.items():
+                if fragment in path:
+                    raise _error(code, message)
+        params = dict(query or [])
+        if method == "GET":
+            if path in self.objects:
+                return copy.deepcopy(self.objects[path])
+            if "labelSelector" in params:
+                return {
+                    "items": [
+                        copy.deepcopy(o)
+                        for p, o in sorted(self.objects.items())
+                        if p.rsplit("/", 1)[0] == path and _matches(o, params["labelSelector"])
+                    ]
+                }
+            raise _error(404, "not found")
+        if method == "DELETE":
+            if self.objects.pop(path, None) is None:
+                raise _error(404, "not found")
+            return {}
+        if method == "PATCH":
+            return self._patch(path, body, content_type)
+        raise AssertionError(f"unexpected {method} {path}")
+
+    def _patch(self, path: str, body: object, content_type: str) -> dict[str, Any]:
+        if path.endswith("/status"):
+            obj = self.objects.get(path.removesuffix("/status"))
+            if obj is None:
+                raise _error(404, "not found")
+            if content_type == "application/merge-patch+json":
+                assert isinstance(body, dict)
+                obj["status"] = merge_patch(obj.get("status"), body.get("status"))
+                return copy.deepcopy(obj)
+            assert content_type == "application/json-patch+json", content_type
+            for op in body:  # type: ignore[attr-defined]
+                assert op["op"] == "add", op
+                assert op["path"] == "/status", op
+                obj["status"] = copy.deepcopy(op["value"])
+            return copy.deepcopy(obj)
+        if content_type == "application/apply-patch+yaml":
+            new = copy.deepcopy(body)
+            assert isinstance(new, dict)
+            old = self.objects.get(path)
+            new["metadata"].setdefault("uid", f"uid-{len(self.objects)}")
+            new["metadata"].setdefault(
+                "creationTimestamp", f"2030-01-01T00:{len(self.objects):02d}:00Z"
+            )
+            if old is not None:
+                new["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+                new["metadata"]["uid"] = old["metadata"]["uid"]
+                if "status" in old:
+                    new["status"] = old["status"]
+            self.objects[path] = new
+            return copy.deepcopy(new)
+        if content_type == "application/merge-patch+json":
+            obj = self.objects.get(path)
+            if obj is None:
+                raise _error(404, "not found")
+            assert isinstance(body, dict)
+            self.objects[path] = merge_patch(obj, body)
+            return copy.deepcopy(self.objects[path])
+        raise AssertionError(f"unexpected patch {content_type} {path}")

@@ -1,0 +1,152 @@
+"""reconcile() against an in-memory API server (tests/unit/fake_api.py): the status is
+exactly what was computed (replaced, never merged), every refused request reaches the status,
+events follow transitions (each posted once), and a resync where nothing changed writes
+nothing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.unit.builders import body
+from tests.unit.fake_api import FakeApi
+from vllm_operator import API_VERSION
+from vllm_operator.apply import _path
+from vllm_operator.reconcile import Outcome, reconcile
+from vllm_operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings()
+SVC_PATH = _path(API_VERSION, "VLLMService", "ns", "minimal")
+POLICY = (
+    "deployments.apps \"minimal\" is forbidden: ValidatingAdmissionPolicy 'no-gpus' with "
+    "binding 'no-gpus' denied request: GPUs are not allowed here"
+)
+
+
+def stored(api: FakeApi) -> dict[str, Any]:
+    return copy.deepcopy(api.objects[SVC_PATH])
+
+
+def run(api: FakeApi) -> Outcome:
+    """One reconcile of the stored object, as the handlers do it (a fresh read)."""
+    return reconcile(stored(api), api, SETTINGS)
+
+
+def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    fake = FakeApi(SETTINGS)
+    fake.put(SVC_PATH, body("minimal", generation=3))
+    return fake
+
+
+def test_the_status_is_replaced_so_stale_nested_keys_cannot_survive(api: FakeApi) -> None:
+    obj = stored(api)
+    # what an earlier revision's run left: a verdict, a rollback, numbers of another revision
+    obj["status"] = {
+        "observedGeneration": 2,
+        "revision": "aaaa",
+        "benchmark": {
+            "revision": "aaaa",
+            "passed": False,
+            "failures": ["outputTokensPerSecond 1 < minimum 2"],
+            "rolledBackTo": "bbbb",
+            "outputTokensPerSecond": 1.0,
+            "job": "minimal-bench-aaaa",
+        },
+        "oldTopLevelField": "x",
+    }
+    api.put(SVC_PATH, obj)
+    run(api)
+    bench = stored(api)["status"]["benchmark"]
+    assert bench == {"revision": stored(api)["status"]["revision"]}  # no run of it yet
+    assert "oldTopLevelField" not in stored(api)["status"]
+
+
+def test_a_no_op_resync_writes_nothing(api: FakeApi) -> None:
+    first = run(api)
+    assert first.failed is None
+    assert api.writes_made()  # a positive control: the first reconcile did write
+    before = len(api.requests)
+    for _ in range(3):
+        again = run(api)
+        assert again.changes == ()
+        assert again.events == ()
+    assert api.writes_made() == [r for r in api.requests[:before] if r[0] != "GET"]
+    assert len(api.requests) > before  # the resyncs ran: they read
+
+
+@pytest.mark.parametrize(
+    ("fragment", "code", "message"),
+    [
+        ("/deployments/", 422, POLICY),  # a ValidatingAdmissionPolicy / webhook denial
+        ("/deployments/", 403, 'deployments.apps "minimal" is forbidden: User cannot patch'),
+        ("/services/", 403, 'services "minimal" is forbidden: exceeded quota: q, requested: ...'),
+        ("/services/", 500, "Internal error occurred: etcdserver: request timed out"),
+    ],
+    ids=["policy-422", "rbac-403", "quota-403", "server-500"],
+)
+def test_a_refused_apply_reaches_the_status_once(
+    api: FakeApi, fragment: str, code: int, message: str
+) -> None:
+    api.deny(fragment, code, message)
+    out = run(api)
+    assert out.failed is not None
+    assert out.failed.code == code
+    obj = stored(api)
+    ready = cond(obj, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
+    assert message in ready["message"]
+    assert ready["observedGeneration"] == obj["status"]["observedGeneration"] == 3
+    assert cond(obj, "Degraded")["reason"] == "ApplyFailed"
+    assert [(e.type, e.reason) for e in out.events] == [("Warning", "ApplyFailed")]
+    assert message in out.events[0].message
+    # the retry fails the same way: no new event, no status write
+    writes = len(api.writes_made())
+    again = run(api)
+    assert again.failed is not None
+    assert again.events == ()
+    status_writes = [r for r in api.writes_made()[writes:] if r[1].endswith("/status")]
+    assert status_writes == []
+    # the denial lifted: the failure leaves the status
+    api.denials.clear()
+    healed = run(api)
+    assert healed.failed is None
+    obj = stored(api)
+    assert cond(obj, "Ready")["reason"] != "ApplyFailed"
+    assert cond(obj, "Degraded")["status"] == "False"
+
+
+def test_an_invalid_spec_is_reported_with_one_event(api: FakeApi) -> None:
+    obj = stored(api)
+    obj["spec"]["env"] = [{"name": "X", "valueFrom": {"bogusRef": {}}}]
+    api.put(SVC_PATH, obj)
+    out = run(api)
+    assert out.invalid is not None
+    assert "spec.env" in out.invalid
+    assert [(e.type, e.reason) for e in out.events] == [("Warning", "InvalidSpec")]
+    assert cond(stored(api), "Ready")["reason"] == "InvalidSpec"
+    assert run(api).events == ()
+    assert not any("/deployments/" in p for _, p in api.writes_made())
+
+
+def test_ready_is_announced_once_per_transition(api: FakeApi) -> None:
+    run(api)
+    dep_path = _path("apps/v1", "Deployment", "ns", "minimal")
+    dep = api.objects[dep_path]
+    want = dep["spec"]["replicas"]
+    dep["metadata"]["generation"] = 1
+    dep["status"] = {
+        "observedGeneration": 1,
+        "replicas": want,
+        "updatedReplicas": want,
+        "readyReplicas": want,
+        "availableReplicas": want,
+    }
+    events = [e.reason for _ in range(3) for e in run(api).events]
+    assert events.count("Ready") == 1  # (the benchmark's ConfigMap, Job etc. also start)
