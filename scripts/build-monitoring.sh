@@ -6,7 +6,8 @@
 # Why a wrapper module: the Go proxy serves sigs.k8s.io/prometheus-adapter v0.12.0 but refuses
 # its version list (403), so `go install ...@v0.12.0` fails; requiring it from a local module
 # and building its cmd/adapter package works (cold ~7 min, 62 MB).
-# Prometheus itself and promtool come from Debian (`apt-get install prometheus`, 2.42).
+# Prometheus itself and promtool come from Debian (`apt-get install prometheus`, 2.42), installed
+# here when missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,5 +49,21 @@ if ! have prometheus-adapter "v$PROMETHEUS_ADAPTER_VERSION"; then
 else
   echo "prometheus-adapter v$PROMETHEUS_ADAPTER_VERSION present, skipping"
 fi
-command -v promtool >/dev/null || echo "build-monitoring: note: promtool is missing (apt-get install prometheus)" >&2
+
+# ---------- Prometheus and promtool (Debian's prometheus 2.42) ----------
+# The rule tests (tests/unit/test_monitoring_rules.py) need promtool; the local cluster runs
+# this Prometheus. Installed only where missing; Debian does not start it in a container.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    t0=$(date +%s)
+    apt-get update -qq >"$LOGS/prometheus-apt.log" 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+      >>"$LOGS/prometheus-apt.log" 2>&1 || { tail -n 20 "$LOGS/prometheus-apt.log" >&2; die "apt-get install prometheus failed"; }
+    echo "installed prometheus $(prometheus --version 2>&1 | head -n1 | awk '{print $3}') in $(( $(date +%s) - t0 ))s"
+  else
+    die "promtool/prometheus are missing: install Debian's prometheus package (apt-get install prometheus)"
+  fi
+else
+  echo "prometheus $(prometheus --version 2>&1 | head -n1 | awk '{print $3}') present, skipping"
+fi
 echo "monitoring binaries ready in $BIN"

@@ -7,7 +7,7 @@ import contextlib
 
 from prometheus_client import Counter, Gauge, start_http_server
 
-from vllm_operator.gates import Run
+from vllm_operator.gates import FAILED, PASSED, Run
 
 LABELS = ("namespace", "service", "revision")
 BENCH = {
@@ -38,6 +38,25 @@ BENCH = {
         "vllm_operator_benchmark_prefix_hit_rate", "Prefix-cache hit rate", LABELS
     ),
 }
+# the alerts of render/monitoring.py use the three gauges below
+BENCHMARK_PASSED = Gauge(
+    "vllm_operator_benchmark_passed",
+    "1 when the newest benchmarked revision of the service passed its gates, 0 when it failed "
+    "(absent while it is still measured)",
+    LABELS,
+)
+ROLLBACK_ACTIVE = Gauge(
+    "vllm_operator_rollback_active",
+    "1 while the service runs the revision `revision` because the one its spec asks for "
+    "failed its benchmark gates",
+    LABELS,
+)
+AUTOSCALER_SCALING_ACTIVE = Gauge(
+    "vllm_operator_autoscaler_scaling_active",
+    "The HPA's ScalingActive condition: 1 True, 0 False or Unknown (it cannot get its metric); "
+    "absent without autoscaling",
+    ("namespace", "service"),
+)
 RECONCILES = Counter("vllm_operator_reconciles", "Reconciles by result", ("result",))
 WRITES = Counter("vllm_operator_api_writes", "Writes to the Kubernetes API")
 
@@ -49,8 +68,52 @@ def serve(port: int) -> None:
         start_http_server(port)
 
 
+def _only(gauge: Gauge, namespace: str, service: str, keep: tuple[str, ...] | None) -> None:
+    """Removes the service's series of `gauge` other than the one labelled `keep`."""
+    for labels in [tuple(s.labels.values()) for m in gauge.collect() for s in m.samples]:
+        if labels[:2] == (namespace, service) and labels != keep:
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
+
+
+def record_gate(namespace: str, service: str, runs: tuple[Run, ...] | list[Run]) -> None:
+    """vllm_operator_benchmark_passed for the newest run, once it has a recorded verdict."""
+    newest = max(runs, key=lambda r: r.created, default=None)
+    if newest is None or newest.verdict not in (PASSED, FAILED):
+        _only(BENCHMARK_PASSED, namespace, service, None)
+        return
+    BENCHMARK_PASSED.labels(namespace, service, newest.revision).set(
+        1.0 if newest.verdict == PASSED else 0.0
+    )
+    _only(BENCHMARK_PASSED, namespace, service, (namespace, service, newest.revision))
+
+
+def record_rollback(namespace: str, service: str, rolled_back_to: str | None) -> None:
+    """vllm_operator_rollback_active: 1 for the revision restored while a rollback is in
+    effect; no series otherwise. Call after every reconcile with its rolled_back_to."""
+    if rolled_back_to is None:
+        _only(ROLLBACK_ACTIVE, namespace, service, None)
+        return
+    ROLLBACK_ACTIVE.labels(namespace, service, rolled_back_to).set(1.0)
+    _only(ROLLBACK_ACTIVE, namespace, service, (namespace, service, rolled_back_to))
+
+
+def record_autoscaler(namespace: str, service: str, scaling_active: str | None) -> None:
+    """vllm_operator_autoscaler_scaling_active from the HPA's ScalingActive condition status
+    ("True", "False", "Unknown"), or None (no HPA, or no such condition yet): no series."""
+    if scaling_active is None:
+        with contextlib.suppress(KeyError):
+            AUTOSCALER_SCALING_ACTIVE.remove(namespace, service)
+        return
+    AUTOSCALER_SCALING_ACTIVE.labels(namespace, service).set(
+        1.0 if scaling_active == "True" else 0.0
+    )
+
+
 def record_runs(namespace: str, service: str, runs: tuple[Run, ...] | list[Run]) -> None:
-    """Publishes every completed run of a service; forgets pruned ones."""
+    """Publishes every completed run of a service (and the newest gate verdict); forgets
+    pruned ones."""
+    record_gate(namespace, service, runs)
     now = set()
     for run in runs:
         if run.state != "Complete":
@@ -70,3 +133,5 @@ def record_runs(namespace: str, service: str, runs: tuple[Run, ...] | list[Run])
 
 def forget(namespace: str, service: str) -> None:
     record_runs(namespace, service, [])
+    record_rollback(namespace, service, None)
+    record_autoscaler(namespace, service, None)

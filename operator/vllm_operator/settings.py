@@ -41,5 +41,18 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(
         default=8081, description="Port of the operator's own Prometheus metrics (0: off)."
     )
+    monitoring_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels on the rendered PrometheusRule and PodMonitor, for the "
+        'Prometheus\'s ruleSelector/podMonitorSelector (e.g. {"release": "prometheus"} '
+        "for kube-prometheus-stack). JSON in the environment variable.",
+    )
+    runbook_url: str = Field(
+        default="https://github.com/vllm-operator/vllm-operator/blob/main/docs/runbooks.md",
+        description="Runbook page the alerts link to; each alert adds its own #anchor.",
+    )
+    scrape_interval: str = Field(
+        default="15s", description="How often the rendered PodMonitor scrapes vLLM's /metrics."
+    )
     # kopf's watch requests are restarted after this many seconds; short in tests
     watch_timeout_seconds: int = 300

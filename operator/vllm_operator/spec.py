@@ -317,20 +317,28 @@ class AutoscalingSpec(_Model):
                     "self.minReplicas <= self.maxReplicas",
                     "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
                 ),
+                cel(
+                    "self.scaleDownQueueDepth < self.targetQueueDepth",
+                    "autoscaling.scaleDownQueueDepth must be < autoscaling.targetQueueDepth",
+                ),
             ]
         }
     )
     enabled: bool = Field(
         default=False,
-        description="Create the HPA. Needs a custom-metrics adapter (e.g. "
-        "prometheus-adapter) serving the metric.",
+        description="Create the HPA. It targets the per-pod band metric "
+        "vllm_operator:queue_depth_band, which needs the operator's recording rules "
+        "(PrometheusRule or deploy/monitoring/vllm-alerts.rules.yaml) and prometheus-adapter "
+        "(deploy/monitoring/prometheus-adapter-config.yaml) serving custom.metrics.k8s.io.",
     )
     min_replicas: int = Field(default=2, ge=1, le=1000, description="Lower bound.")
     max_replicas: int = Field(default=16, ge=1, le=1000, description="Upper bound.")
     metric_name: str = Field(
         default="vllm:num_requests_waiting",
         max_length=253,
-        description="Per-pod custom metric the HPA averages.",
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="The raw per-pod queue metric (as scraped from vLLM) the band recording "
+        "rule averages over the service's pods.",
     )
     target_queue_depth: int = Field(
         default=20,
@@ -338,12 +346,27 @@ class AutoscalingSpec(_Model):
         le=100_000,
         description="Scale up when the average waiting requests per pod exceed this.",
     )
+    scale_down_queue_depth: int = Field(
+        default=2,
+        ge=0,
+        le=100_000,
+        description="Scale down only when the average waiting requests per pod stay at or "
+        "below this for scaleDownStabilizationSeconds; between the two the replicas hold.",
+    )
     scale_down_stabilization_seconds: int = Field(
         default=300, ge=0, le=3600, description="Cooldown before scaling down."
     )
     scale_up_stabilization_seconds: int = Field(
         default=0, ge=0, le=3600, description="Window before scaling up."
     )
+
+    @model_validator(mode="after")
+    def _band(self) -> AutoscalingSpec:  # mirrors the CEL rule
+        if self.scale_down_queue_depth >= self.target_queue_depth:
+            raise ValueError(
+                "autoscaling.scaleDownQueueDepth must be < autoscaling.targetQueueDepth"
+            )
+        return self
 
 
 class RolloutSpec(_Model):
@@ -475,6 +498,69 @@ class BenchmarkSpec(_Model):
     )
 
 
+class AlertThresholds(_Model):
+    """Thresholds of the service's alerts (the reference lab's values by default)."""
+
+    kv_cache_usage: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="VLLMKVCacheHigh: vllm:kv_cache_usage_perc of the fullest pod above this "
+        "for 2 minutes (0-1).",
+    )
+    e2e_latency_p99_seconds: float = Field(
+        default=5.0,
+        alias="e2eLatencyP99Seconds",  # not to_camel's e2ELatency...
+        gt=0,
+        le=86_400,
+        description="VLLME2ELatencyHigh: end-to-end request latency p99 above this (s) for "
+        "5 minutes.",
+    )
+    ttft_p99_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=3600,
+        description="VLLMTTFTHigh: time to first token p99 above this (s) for 2 minutes.",
+    )
+    tpot_p99_seconds: float = Field(
+        default=0.05,
+        gt=0,
+        le=3600,
+        description="VLLMTPOTHigh: time per output token (vllm:inter_token_latency_seconds) "
+        "p99 above this (s) for 2 minutes.",
+    )
+    waiting_requests: float = Field(
+        default=50,
+        ge=0,
+        le=1_000_000,
+        description="VLLMQueueDeep: waiting requests of the most loaded pod above this for "
+        "1 minute.",
+    )
+    preemptions_per_second: float = Field(
+        default=1.0,
+        ge=0,
+        le=1_000_000,
+        description="VLLMPreemptionsSustained: preemptions per second of the service above "
+        "this for 5 minutes.",
+    )
+
+
+class MonitoringSpec(_Model):
+    """Prometheus objects for the service: a PrometheusRule (alerts, and the recording rules
+    the autoscaler's band metric comes from) and a PodMonitor, rendered when the Prometheus
+    Operator's CRDs (monitoring.coreos.com) are installed."""
+
+    enabled: bool = Field(
+        default=True, description="Render the PrometheusRule (alerts and recording rules)."
+    )
+    pod_monitor: bool = Field(
+        default=True, description="Render a PodMonitor that scrapes the vLLM pods' /metrics."
+    )
+    alerts: AlertThresholds = Field(
+        default_factory=AlertThresholds, description="Alert thresholds."
+    )
+
+
 class VLLMServiceSpec(_Model):
     """Desired state of a vLLM deployment."""
 
@@ -547,6 +633,9 @@ class VLLMServiceSpec(_Model):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout strategy.")
     benchmark: BenchmarkSpec = Field(
         default_factory=BenchmarkSpec, description="Benchmark each rollout; gates."
+    )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec, description="Alerts, recording rules, scraping."
     )
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict, description="Node labels pods must match."

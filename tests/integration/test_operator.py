@@ -79,7 +79,7 @@ def test_tinyllama_reference_children(
     hpa = get(cluster, namespace, "hpa", "tinyllama")
     assert hpa is not None
     metric = hpa["spec"]["metrics"][0]["pods"]
-    assert metric["metric"]["name"] == "vllm:num_requests_waiting"
+    assert metric["metric"]["name"] == "vllm_operator:queue_depth_band"
     assert metric["target"]["averageValue"] == "20"
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 16)

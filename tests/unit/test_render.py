@@ -288,7 +288,8 @@ def test_tinyllama_hpa_exactly() -> None:
                 {
                     "type": "Pods",
                     "pods": {
-                        "metric": {"name": "vllm:num_requests_waiting"},
+                        # the band metric (render/monitoring.py), not the raw queue
+                        "metric": {"name": "vllm_operator:queue_depth_band"},
                         "target": {"type": "AverageValue", "averageValue": "20"},
                     },
                 }

@@ -1,10 +1,19 @@
-"""The HorizontalPodAutoscaler on per-pod queue depth, and the PodDisruptionBudget."""
+"""The HorizontalPodAutoscaler on per-pod queue depth, and the PodDisruptionBudget.
+
+The HPA targets the band metric (render/monitoring.py, `band_rules`), not the raw queue:
+with a target of 20 on the raw queue the HPA's proportional rule would scale in as soon as the
+average dropped below about 20 (n-1)/n. The band metric equals the target while the average
+queue lies in (scaleDownQueueDepth, targetQueueDepth], so the replicas hold there; above it
+scales up; at or below scaleDownQueueDepth for the whole scale-down stabilization window
+(300 s) it scales down, one pod a minute.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from vllm_operator.render.meta import metadata, selector_labels
+from vllm_operator.render.monitoring import BAND_METRIC
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 
@@ -25,7 +34,7 @@ def render_hpa(svc: Service, settings: OperatorSettings) -> dict[str, Any] | Non
                 {
                     "type": "Pods",
                     "pods": {
-                        "metric": {"name": a.metric_name},
+                        "metric": {"name": BAND_METRIC},
                         "target": {
                             "type": "AverageValue",
                             "averageValue": str(a.target_queue_depth),

@@ -1,0 +1,399 @@
+"""Step 2 of the flow (render): Prometheus objects for a service, as pure functions.
+
+- the alert rules of the reference lab, written against vLLM 0.32's metric names, plus the
+  operator's own alerts (benchmark gate failed, rollback in effect, autoscaler without metric);
+- the recording rules of the autoscaler's *band metric* (see `band_rules`);
+- a PrometheusRule and a PodMonitor (monitoring.coreos.com/v1) per VLLMService.
+
+The same rule builders also produce the plain rules file for a Prometheus without the
+Prometheus Operator (vllm_operator.monitoringgen writes deploy/monitoring/), there for every
+service at once with the default thresholds: the only difference is the `Scope`.
+
+Series carry the labels `namespace`, `pod` and `service` (the pod's
+app.kubernetes.io/instance label, relabelled at scrape time by the PodMonitor or by the plain
+scrape config), so every rule groups per service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_operator.render.meta import labels, metadata, selector_labels
+from vllm_operator.render.service import PORT_NAME
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import AlertThresholds, Service
+
+MONITORING_API = "monitoring.coreos.com/v1"
+# the pod label that names the VLLMService; relabelled into the `service` label at scrape time
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+SERVICE_RELABEL_SOURCE = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
+
+# ---- the autoscaler's band metric -----------------------------------------------------------
+# What the HPA targets (a Pods metric, served by prometheus-adapter). One series per vLLM pod,
+# with the pod's namespace and pod labels, whose value is the service's band value.
+BAND_METRIC = "vllm_operator:queue_depth_band"
+# per service: the average over the service's pods of the raw queue metric (summed over a
+# pod's engines first), and the band value derived from it
+QUEUE_AVG_RECORD = "namespace_service:vllm_queue_depth:avg"
+BAND_SERVICE_RECORD = "namespace_service:vllm_operator_queue_depth_band"
+# Above the band the metric is at least this multiple of the target, so the HPA's usage ratio
+# clears its default tolerance (0.1, --horizontal-pod-autoscaler-tolerance) and adds at least
+# one replica (ceil(1.2 n) >= n + 1) even when the average is just over the target.
+SCALE_UP_FLOOR = 1.2
+
+# ---- the operator's own metrics the rules use (exported by vllm_operator.metrics) -----------
+BENCHMARK_PASSED = "vllm_operator_benchmark_passed"
+ROLLBACK_ACTIVE = "vllm_operator_rollback_active"
+AUTOSCALER_SCALING_ACTIVE = "vllm_operator_autoscaler_scaling_active"
+
+RATE_WINDOW = "5m"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which series a rule set covers: one service (label matchers on namespace and service)
+    or every service (no matchers; the plain rules file)."""
+
+    namespace: str | None = None
+    service: str | None = None
+
+    def sel(self, metric: str, extra: str = "") -> str:
+        """`metric{namespace="..",service="..",extra}` (or the bare name in the generic scope)."""
+        parts = []
+        if self.namespace is not None:
+            parts.append(f'namespace="{self.namespace}"')
+        if self.service is not None:
+            parts.append(f'service="{self.service}"')
+        if extra:
+            parts.append(extra)
+        return f"{metric}{{{','.join(parts)}}}" if parts else metric
+
+
+def _num(x: float) -> str:
+    """A threshold as PromQL and people read it: 0.9, 5, 0.05 (no trailing .0)."""
+    return f"{x:g}"
+
+
+# ---- alerts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlertDef:
+    """One alert: its PromQL condition is `query <op> threshold`, held for `for_`."""
+
+    name: str
+    query: str  # the value compared (also what a dashboard would plot)
+    threshold: float | None  # None: the query is already a condition (operator alerts)
+    for_: str
+    summary: str
+    description: str
+    severity: str = "warning"
+    op: str = ">"
+
+    @property
+    def expr(self) -> str:
+        if self.threshold is None:
+            return self.query
+        return f"{self.query} {self.op} {_num(self.threshold)}"
+
+
+def _quantile(scope: Scope, histogram: str, q: float = 0.99) -> str:
+    return (
+        f"histogram_quantile({q}, sum by (namespace, service, le) "
+        f"(rate({scope.sel(histogram + '_bucket')}[{RATE_WINDOW}])))"
+    )
+
+
+SERVICE_TEXT = "{{ $labels.namespace }}/{{ $labels.service }}"
+VALUE_TEXT = '{{ $value | printf "%.3g" }}'
+
+
+def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
+    """The reference lab's six alerts on vLLM 0.32's metric names.
+
+    Time per output token uses vllm:inter_token_latency_seconds: like the lab's
+    vllm:time_per_output_token_seconds it was renamed from, it observes every gap between two
+    output tokens, so its p99 sees decode stalls (preemption, a long prefill batched in).
+    vllm:request_time_per_output_token_seconds observes one mean per request, which averages a
+    stall away over the request's tokens and would under-report the p99 the lab's 50 ms is about.
+    """
+    s = SERVICE_TEXT
+    return [
+        AlertDef(
+            name="VLLMKVCacheUsageHigh",
+            query=f"max by (namespace, service) ({scope.sel('vllm:kv_cache_usage_perc')})",
+            threshold=t.kv_cache_usage,
+            for_="2m",
+            summary=f"vLLM {s}: KV cache {{{{ $value | humanizePercentage }}}} full",
+            description=(
+                f"The fullest pod of {s} uses more than {_num(t.kv_cache_usage * 100)}% of its "
+                "KV cache (vllm:kv_cache_usage_perc) for 2 minutes: new requests queue and "
+                "running ones get preempted. Add replicas, lower max-num-seqs or max-model-len, "
+                "or give the cache more GPU memory."
+            ),
+        ),
+        AlertDef(
+            name="VLLME2ELatencyP99High",
+            query=_quantile(scope, "vllm:e2e_request_latency_seconds"),
+            threshold=t.e2e_latency_p99_seconds,
+            for_="5m",
+            summary=f"vLLM {s}: end-to-end latency p99 {VALUE_TEXT} s",
+            description=(
+                f"The 99th percentile of request latency of {s} "
+                f"(vllm:e2e_request_latency_seconds) is above "
+                f"{_num(t.e2e_latency_p99_seconds)} s for 5 minutes."
+            ),
+        ),
+        AlertDef(
+            name="VLLMTTFTP99High",
+            query=_quantile(scope, "vllm:time_to_first_token_seconds"),
+            threshold=t.ttft_p99_seconds,
+            for_="2m",
+            summary=f"vLLM {s}: time to first token p99 {VALUE_TEXT} s",
+            description=(
+                f"The 99th percentile of time to first token of {s} "
+                f"(vllm:time_to_first_token_seconds) is above {_num(t.ttft_p99_seconds)} s "
+                "for 2 minutes: requests wait in the queue or prefill is saturated."
+            ),
+        ),
+        AlertDef(
+            name="VLLMTPOTP99High",
+            query=_quantile(scope, "vllm:inter_token_latency_seconds"),
+            threshold=t.tpot_p99_seconds,
+            for_="2m",
+            summary=f"vLLM {s}: time per output token p99 {VALUE_TEXT} s",
+            description=(
+                f"The 99th percentile of the time between output tokens of {s} "
+                f"(vllm:inter_token_latency_seconds) is above {_num(t.tpot_p99_seconds)} s "
+                "for 2 minutes: decode batches are too large or stalled by preemption."
+            ),
+        ),
+        AlertDef(
+            name="VLLMRequestsWaitingHigh",
+            query=(
+                "max by (namespace, service) "
+                f"(sum by (namespace, service, pod) ({scope.sel('vllm:num_requests_waiting')}))"
+            ),
+            threshold=t.waiting_requests,
+            for_="1m",
+            summary=f"vLLM {s}: {VALUE_TEXT} requests waiting on one pod",
+            description=(
+                f"A pod of {s} has more than {_num(t.waiting_requests)} requests waiting "
+                "(vllm:num_requests_waiting) for 1 minute: the autoscaler is off, at its "
+                "maximum, or not keeping up."
+            ),
+        ),
+        AlertDef(
+            name="VLLMPreemptionsHigh",
+            query=(
+                "sum by (namespace, service) "
+                f"(rate({scope.sel('vllm:num_preemptions_total')}[{RATE_WINDOW}]))"
+            ),
+            threshold=t.preemptions_per_second,
+            for_="5m",
+            summary=f"vLLM {s}: {VALUE_TEXT} preemptions/s",
+            description=(
+                f"{s} preempts more than {_num(t.preemptions_per_second)} requests per second "
+                "(vllm:num_preemptions_total) for 5 minutes: the KV cache is too small for the "
+                "load; preempted requests are recomputed, which wastes GPU time."
+            ),
+        ),
+    ]
+
+
+def operator_alerts(scope: Scope) -> list[AlertDef]:
+    """The operator's own alerts, on the gauges of vllm_operator.metrics."""
+    s = SERVICE_TEXT
+    return [
+        AlertDef(
+            name="VLLMBenchmarkGateFailed",
+            query=f"{scope.sel(BENCHMARK_PASSED)} == 0",
+            threshold=None,
+            for_="0s",
+            summary=f"vLLM {s}: revision {{{{ $labels.revision }}}} failed its benchmark gates",
+            description=(
+                f"The newest benchmarked revision of {s} did not meet "
+                "spec.benchmark.thresholds; kubectl describe vllmservice shows which "
+                "(status.benchmark.failures)."
+            ),
+        ),
+        AlertDef(
+            name="VLLMRolledBack",
+            query=f"{scope.sel(ROLLBACK_ACTIVE)} == 1",
+            threshold=None,
+            for_="0s",
+            summary=f"vLLM {s}: rolled back to revision {{{{ $labels.revision }}}}",
+            description=(
+                f"The spec of {s} asks for a revision that failed its benchmark gates, so the "
+                "operator runs revision {{ $labels.revision }}, the last one that passed, "
+                "until the spec changes again."
+            ),
+        ),
+        AlertDef(
+            name="VLLMAutoscalerMetricUnavailable",
+            query=f"{scope.sel(AUTOSCALER_SCALING_ACTIVE)} == 0",
+            threshold=None,
+            for_="5m",
+            summary=f"vLLM {s}: the autoscaler cannot get its metric",
+            description=(
+                f"The HorizontalPodAutoscaler of {s} reports ScalingActive=False for 5 minutes "
+                f"(no custom metrics API, or no {BAND_METRIC} series for the pods): it cannot "
+                "scale. Check prometheus-adapter, the recording rules and the PodMonitor."
+            ),
+        ),
+    ]
+
+
+def alert_rule(a: AlertDef, runbook_url: str) -> dict[str, Any]:
+    return {
+        "alert": a.name,
+        "expr": a.expr,
+        "for": a.for_,
+        "labels": {"severity": a.severity},
+        "annotations": {
+            "summary": a.summary,
+            "description": a.description,
+            "runbook_url": f"{runbook_url}#{a.name.lower()}",
+        },
+    }
+
+
+# ---- the band (autoscaling) -----------------------------------------------------------------
+
+
+def band_rules(scope: Scope, raw_metric: str, high: float, low: float) -> list[dict[str, Any]]:
+    """Recording rules of the per-pod band metric the HPA targets (with target `high`).
+
+    With A the per-pod average of the raw queue over the service's pods, every pod of the
+    service reports
+        B = max(A, 1.2 high)  when A > high   -> usage ratio >= 1.2: scale up (proportionally)
+        B = high              when low < A <= high -> ratio exactly 1: hold
+        B = A                 when A <= low   -> ratio <= low/high: scale down
+    and the HPA's scale-down stabilization window (scaleDownStabilizationSeconds, 300 s) turns
+    "scale down" into "scale down only when A stayed <= low for the whole window", because the
+    HPA acts on the highest recommendation of that window.
+    """
+    avg = scope.sel(QUEUE_AVG_RECORD)
+    band = scope.sel(BAND_SERVICE_RECORD)
+    return [
+        {
+            "record": QUEUE_AVG_RECORD,
+            "expr": (
+                "avg by (namespace, service) "
+                f"(sum by (namespace, service, pod) ({scope.sel(raw_metric)}))"
+            ),
+        },
+        {
+            "record": BAND_SERVICE_RECORD,
+            "expr": (
+                f"clamp_min({avg} > {_num(high)}, {_num(SCALE_UP_FLOOR * high)})"
+                f" or {avg} <= {_num(low)}"
+                f" or 0 * {avg} + {_num(high)}"
+            ),
+        },
+        {
+            "record": BAND_METRIC,
+            "expr": (
+                f"group by (namespace, service, pod) ({scope.sel(raw_metric)})"
+                f" * on (namespace, service) group_left {band}"
+            ),
+        },
+    ]
+
+
+# ---- rule groups ----------------------------------------------------------------------------
+
+
+def rule_groups(
+    scope: Scope,
+    thresholds: AlertThresholds,
+    runbook_url: str,
+    band: tuple[str, float, float] | None,
+) -> list[dict[str, Any]]:
+    """Prometheus rule groups (the `groups:` of a rules file, the spec of a PrometheusRule).
+    `band` is (raw metric, high, low), or None without autoscaling."""
+    groups: list[dict[str, Any]] = []
+    if band is not None:
+        raw, high, low = band
+        groups.append({"name": "vllm-autoscaling-band", "rules": band_rules(scope, raw, high, low)})
+    groups.append(
+        {
+            "name": "vllm-alerts",
+            "rules": [alert_rule(a, runbook_url) for a in vllm_alerts(scope, thresholds)],
+        }
+    )
+    groups.append(
+        {
+            "name": "vllm-operator-alerts",
+            "rules": [alert_rule(a, runbook_url) for a in operator_alerts(scope)],
+        }
+    )
+    return groups
+
+
+def service_scope(svc: Service) -> Scope:
+    return Scope(namespace=svc.namespace, service=svc.name)
+
+
+def render_prometheus_rule(svc: Service, settings: OperatorSettings) -> dict[str, Any] | None:
+    m = svc.spec.monitoring
+    if not m.enabled:
+        return None
+    a = svc.spec.autoscaling
+    band = (a.metric_name, a.target_queue_depth, a.scale_down_queue_depth) if a.enabled else None
+    meta = metadata(svc, component="monitoring")
+    meta["labels"] = {**settings.monitoring_labels, **meta["labels"]}
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "PrometheusRule",
+        "metadata": meta,
+        "spec": {"groups": rule_groups(service_scope(svc), m.alerts, settings.runbook_url, band)},
+    }
+
+
+def pod_relabelings() -> list[dict[str, Any]]:
+    """Scrape-time relabelling of a vLLM pod's target (PodMonitor syntax): the `service` label
+    every rule groups by. namespace and pod are added by the Prometheus Operator itself."""
+    return [
+        {
+            "sourceLabels": [SERVICE_RELABEL_SOURCE],
+            "targetLabel": "service",
+            "action": "replace",
+        }
+    ]
+
+
+def render_pod_monitor(svc: Service, settings: OperatorSettings) -> dict[str, Any] | None:
+    m = svc.spec.monitoring
+    if not (m.enabled and m.pod_monitor):
+        return None
+    meta = metadata(svc, component="monitoring")
+    meta["labels"] = {**settings.monitoring_labels, **meta["labels"]}
+    server = labels(svc)["app.kubernetes.io/component"]
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "PodMonitor",
+        "metadata": meta,
+        "spec": {
+            # only the server pods (the benchmark Job's pods have other labels anyway)
+            "selector": {
+                "matchLabels": {**selector_labels(svc), "app.kubernetes.io/component": server}
+            },
+            "podMetricsEndpoints": [
+                {
+                    "port": PORT_NAME,
+                    "path": "/metrics",
+                    "interval": settings.scrape_interval,
+                    "relabelings": pod_relabelings(),
+                }
+            ],
+        },
+    }
+
+
+def render_monitoring(svc: Service, settings: OperatorSettings) -> list[dict[str, Any]]:
+    """Every monitoring.coreos.com object of the service (apply them only where the Prometheus
+    Operator's CRDs exist)."""
+    rendered = [render_prometheus_rule(svc, settings), render_pod_monitor(svc, settings)]
+    return [m for m in rendered if m is not None]
