@@ -189,6 +189,13 @@ def crd() -> dict[str, Any]:
                         },
                         {"name": "Model", "type": "string", "jsonPath": ".status.model"},
                         {
+                            "name": "GPUs",
+                            "type": "integer",
+                            "jsonPath": ".spec.resources.gpus",
+                            "description": "GPUs per pod (0: served on CPU)",
+                            "priority": 1,
+                        },
+                        {
                             "name": "Endpoint",
                             "type": "string",
                             "jsonPath": ".status.endpoint",

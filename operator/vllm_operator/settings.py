@@ -34,6 +34,17 @@ class OperatorSettings(BaseSettings):
     log_json: bool = Field(default=False, description="JSON log lines (for log pipelines).")
     verbose: bool = Field(default=False, description="Debug logging.")
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    # The vLLM image of a VLLMService without spec.image, per accelerator. Pinned to one vLLM
+    # release (scripts/versions.env), whose flags the renderer is tested against (tests/vllm).
+    gpu_image: str = Field(
+        default="vllm/vllm-openai:v0.32.0",
+        description="Default vLLM image for GPU serving (resources.gpus > 0).",
+    )
+    cpu_image: str = Field(
+        default="public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0",
+        description="Default vLLM image for CPU serving (resources.gpus: 0): vLLM's own CPU "
+        "release image, or one built from images/vllm-cpu.",
+    )
     benchmark_image: str = Field(
         default="ghcr.io/vllm-operator/vllm-bench:0.1.0",
         description="Default image of the benchmark Job (images/benchmark/Dockerfile).",

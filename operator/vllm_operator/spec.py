@@ -9,7 +9,9 @@ what `kubectl explain vllmservice.spec...` shows.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
@@ -25,21 +27,27 @@ OWNED_ARGS: tuple[str, ...] = (
     "--tensor-parallel-size",
     "--max-model-len",
     "--gpu-memory-utilization",
+    "--device-memory-utilization",  # vLLM's alias of --gpu-memory-utilization
+    "--kv-cache-memory-bytes",
     "--block-size",
     "--max-num-seqs",
-    "--swap-space",
     "--dtype",
     "--quantization",
     "--kv-cache-dtype",
     "--enforce-eager",
+    "--no-enforce-eager",
+    "--enable-log-requests",
+    "--no-enable-log-requests",
     "--enable-prefix-caching",
     "--no-enable-prefix-caching",
     "--speculative-config",
     "--api-key",
     "--download-dir",
-    "-tp",  # vLLM's short forms of --tensor-parallel-size and --quantization
+    "-tp",  # vLLM's short forms of --tensor-parallel-size, --quantization, --speculative-config
     "-q",
+    "-sc",
 )
+_OWNED_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_ARGS) + "]"
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 VALUE_FROM_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef")
 MODEL_PVC_MOUNT = "/models"
@@ -47,8 +55,38 @@ MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay with
 # "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
+# vLLM's CPU attention takes KV-cache blocks of a multiple of 32 tokens only
+# (vllm/v1/attention/backends/cpu_attn.py: MultipleOf(32)); 8 and 16 fail at start-up
+CPU_BLOCK_SIZE_MULTIPLE = 32
+# On CPU without engine.kvCacheMemory: this share of resources.memory holds the KV cache
+CPU_KV_CACHE_SHARE_OF_MEMORY = 4  # a quarter; the rest is for weights and the runtime
+
 Quantity = Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+_QUANTITY_SUFFIXES: dict[str, Fraction] = {
+    **{s: Fraction(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Fraction(1000) ** (i + 1) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))},
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "u": Fraction(1, 1000**2),
+    "n": Fraction(1, 1000**3),
+}
+_QUANTITY_RE = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$"
+)
+
+
+def parse_quantity(value: str) -> Fraction:
+    """A Kubernetes resource quantity ("1Gi", "500M", "1.5", "2e3") as an exact number; what
+    CEL's quantity() reads, for the pydantic mirrors of rules that compare quantities."""
+    match = _QUANTITY_RE.match(value)
+    if match is None or (match.group(3) or "") not in _QUANTITY_SUFFIXES:
+        raise ValueError(f"{value!r} is not a resource quantity")
+    number = Fraction(match.group(1))
+    if match.group(2):
+        return number * Fraction(10) ** int(match.group(2)[1:])
+    return number * _QUANTITY_SUFFIXES[match.group(3) or ""]
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
@@ -153,23 +191,38 @@ class EngineSpec(_Model):
         default=0.9,
         gt=0,
         le=1,
-        description="--gpu-memory-utilization: fraction of GPU memory vLLM may use, in (0, 1].",
+        description="--gpu-memory-utilization: fraction of GPU memory vLLM may use, in (0, 1]. "
+        "Not rendered on CPU (resources.gpus: 0), where vLLM would apply it to the node's "
+        "memory, not the pod's: kvCacheMemory sizes the cache there.",
+    )
+    kv_cache_memory: Quantity | None = Field(
+        default=None,
+        description="--kv-cache-memory-bytes: memory for the KV cache (per GPU), e.g. 4Gi; "
+        "when set vLLM ignores gpuMemoryUtilization. On CPU (resources.gpus: 0) it must be "
+        "less than resources.memory and defaults to a quarter of it.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+                    "engine.kvCacheMemory must be a positive quantity, e.g. 4Gi",
+                )
+            ]
+        },
     )
     enable_prefix_caching: bool = Field(
         default=True,
         description="--enable-prefix-caching: reuse KV cache across requests sharing a prefix.",
     )
     block_size: Literal[8, 16, 32, 64, 128] | None = Field(
-        default=None, description="--block-size: tokens per KV-cache block (8, 16, 32, 64, 128)."
+        default=None,
+        description="--block-size: tokens per KV-cache block (8, 16, 32, 64, 128). On CPU "
+        "(resources.gpus: 0) a multiple of 32; unset there, vLLM uses 128.",
     )
     max_num_seqs: int | None = Field(
         default=None,
         ge=1,
         le=65_536,
         description="--max-num-seqs: concurrent sequences per replica.",
-    )
-    swap_space: int | None = Field(
-        default=None, ge=0, le=1024, description="--swap-space: CPU swap space in GiB per GPU."
     )
     log_requests: bool = Field(
         default=False,
@@ -188,7 +241,7 @@ class EngineSpec(_Model):
         ge=1,
         le=64,
         description="--tensor-parallel-size: GPUs one replica shards "
-        "the model over. Must equal resources.gpus.",
+        "the model over. Must equal resources.gpus; 1 on CPU (resources.gpus: 0).",
     )
     quantization: str | None = Field(
         default=None,
@@ -212,11 +265,10 @@ class EngineSpec(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    # the same normalisation as owned_flag(): vLLM reads --max_model_len as
-                    # --max-model-len
-                    "self.all(a, !(a.split('=')[0].replace('_', '-') in ["
-                    + ", ".join(f"'{o}'" for o in OWNED_ARGS)
-                    + "]))",
+                    # the same reading as owned_flag()
+                    "self.all(a, [a.split('=')[0].split('.')[0].replace('_', '-')].all(f, "
+                    f"!(f in {_OWNED_CEL}) && !(f.startsWith('--') && f.size() > 2 && "
+                    f"{_OWNED_CEL}.exists(o, o.startsWith(f)))))",
                     "extraArgs must not set arguments the operator owns ("
                     + ", ".join(OWNED_ARGS)
                     + "); use the dedicated spec fields",
@@ -235,18 +287,63 @@ class EngineSpec(_Model):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _kv_cache_memory(self) -> EngineSpec:  # mirrors the CEL rule
+        if self.kv_cache_memory is not None:
+            try:
+                positive = parse_quantity(self.kv_cache_memory) > 0
+            except ValueError:
+                positive = False
+            if not positive:
+                raise ValueError("engine.kvCacheMemory must be a positive quantity, e.g. 4Gi")
+        return self
+
 
 def owned_flag(arg: str) -> str | None:
-    """The operator-owned flag `arg` sets, in vLLM's spelling (it reads underscores as
-    dashes), or None."""
-    flag = arg.split("=", 1)[0].replace("_", "-")
-    return flag if flag in OWNED_ARGS else None
+    """The operator-owned flag `arg` sets, read as vLLM's parser reads it, or None.
+
+    vLLM reads underscores as dashes (--max_model_len), `--flag.key value` as one key of a JSON
+    flag (--speculative-config.method), and, like every argparse parser, an unambiguous prefix
+    of a long flag as that flag (--max-model 100 sets --max-model-len). A prefix of an owned
+    flag is refused even when it is ambiguous: vLLM would refuse it too. tests/vllm checks
+    against the pinned vLLM's parser that no flag of its own is such a prefix.
+    """
+    flag = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    if flag in OWNED_ARGS:
+        return flag
+    if flag.startswith("--") and len(flag) > 2:
+        return next((owned for owned in OWNED_ARGS if owned.startswith(flag)), None)
+    return None
 
 
 class ResourceSpec(_Model):
     """GPUs and host resources of one replica."""
 
-    gpus: int = Field(default=1, ge=1, le=64, description="GPUs per pod.")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.gpus > 0 || (has(self.cpu) && has(self.memory))",
+                    "resources.cpu and resources.memory are required when resources.gpus is 0 "
+                    "(serving on CPU)",
+                ),
+                cel(
+                    "self.gpus > 0 || !has(self.gpuProduct)",
+                    "resources.gpuProduct needs resources.gpus > 0",
+                    ".gpuProduct",
+                ),
+            ]
+        }
+    )
+    gpus: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="GPUs per pod. 0 serves on CPU (vLLM's CPU backend): no GPU request, "
+        "toleration or product selector, the operator's CPU image, resources.cpu and "
+        "resources.memory required (and both become limits), the KV cache sized by "
+        "engine.kvCacheMemory.",
+    )
     gpu_resource_name: str = Field(
         default="nvidia.com/gpu", max_length=253, description="Extended resource for GPUs."
     )
@@ -258,8 +355,10 @@ class ResourceSpec(_Model):
     )
     cpu: Quantity | None = Field(
         default=None,
-        description="CPU request. No CPU limit is set: throttling the API "
-        "server and tokenizer threads costs latency.",
+        description="CPU request. On GPUs no CPU limit is set: throttling the API "
+        "server and tokenizer threads costs latency. On CPU (gpus: 0) the request is also the "
+        "limit (Guaranteed QoS: with the kubelet's static CPU manager and a whole number the "
+        "pod gets dedicated cores, which vLLM binds its OpenMP threads to).",
     )
     memory: Quantity | None = Field(default=None, description="Memory request and limit.")
     shared_memory: Quantity = Field(
@@ -267,6 +366,22 @@ class ResourceSpec(_Model):
         description="Size of the in-memory /dev/shm (tensor-parallel workers "
         "exchange data through it).",
     )
+
+    @model_validator(mode="after")
+    def _cpu_serving(self) -> ResourceSpec:  # mirrors the CEL rules
+        if self.gpus == 0 and (self.cpu is None or self.memory is None):
+            raise ValueError(
+                "resources.cpu and resources.memory are required when resources.gpus is 0 "
+                "(serving on CPU)"
+            )
+        if self.gpus == 0 and self.gpu_product is not None:
+            raise ValueError("resources.gpuProduct needs resources.gpus > 0")
+        return self
+
+    @property
+    def on_cpu(self) -> bool:
+        """Serving on vLLM's CPU backend (no GPUs)."""
+        return self.gpus == 0
 
 
 class ModelCacheSpec(_Model):
@@ -568,9 +683,26 @@ class VLLMServiceSpec(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    "self.engine.tensorParallelSize == self.resources.gpus",
-                    "engine.tensorParallelSize must equal resources.gpus (GPUs per pod)",
+                    "self.engine.tensorParallelSize == "
+                    "(self.resources.gpus == 0 ? 1 : self.resources.gpus)",
+                    "engine.tensorParallelSize must equal resources.gpus (GPUs per pod), "
+                    "or be 1 on CPU (resources.gpus: 0)",
                     ".engine.tensorParallelSize",
+                ),
+                cel(
+                    f"self.resources.gpus > 0 || !has(self.engine.blockSize) || "
+                    f"self.engine.blockSize % {CPU_BLOCK_SIZE_MULTIPLE} == 0",
+                    f"engine.blockSize must be a multiple of {CPU_BLOCK_SIZE_MULTIPLE} on CPU "
+                    "(resources.gpus: 0): vLLM's CPU attention rejects 8 and 16",
+                    ".engine.blockSize",
+                ),
+                cel(
+                    "self.resources.gpus > 0 || !has(self.engine.kvCacheMemory) || "
+                    "!has(self.resources.memory) || quantity(self.engine.kvCacheMemory)"
+                    ".isLessThan(quantity(self.resources.memory))",
+                    "engine.kvCacheMemory must be less than resources.memory on CPU "
+                    "(resources.gpus: 0): the KV cache lives in the pod's memory",
+                    ".engine.kvCacheMemory",
                 ),
                 cel(
                     "self.modelCache.type != 'PVC' || has(self.modelCache.claimName)",
@@ -581,11 +713,14 @@ class VLLMServiceSpec(_Model):
         }
     )
     model: ModelSpec = Field(description="The model to serve.")
-    image: str = Field(
-        default="vllm/vllm-openai:v0.32.0",
+    image: str | None = Field(
+        default=None,
         min_length=1,
         max_length=512,
-        description="vLLM server image.",
+        description="vLLM server image. Unset: the operator's default for the accelerator "
+        "(settings VLLM_OPERATOR_GPU_IMAGE, vllm/vllm-openai of the pinned vLLM, or "
+        "VLLM_OPERATOR_CPU_IMAGE when resources.gpus is 0), so upgrading the operator "
+        "upgrades vLLM.",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="Image pull policy."
@@ -659,8 +794,28 @@ class VLLMServiceSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_field(self) -> VLLMServiceSpec:
-        if self.engine.tensor_parallel_size != self.resources.gpus:
-            raise ValueError("engine.tensorParallelSize must equal resources.gpus")
+        if self.engine.tensor_parallel_size != (self.resources.gpus or 1):
+            raise ValueError(
+                "engine.tensorParallelSize must equal resources.gpus (GPUs per pod), "
+                "or be 1 on CPU (resources.gpus: 0)"
+            )
+        if self.resources.on_cpu:
+            block = self.engine.block_size
+            if block is not None and block % CPU_BLOCK_SIZE_MULTIPLE:
+                raise ValueError(
+                    f"engine.blockSize must be a multiple of {CPU_BLOCK_SIZE_MULTIPLE} on CPU "
+                    "(resources.gpus: 0): vLLM's CPU attention rejects 8 and 16"
+                )
+            kv, memory = self.engine.kv_cache_memory, self.resources.memory
+            if (
+                kv is not None
+                and memory is not None
+                and parse_quantity(kv) >= parse_quantity(memory)
+            ):
+                raise ValueError(
+                    "engine.kvCacheMemory must be less than resources.memory on CPU "
+                    "(resources.gpus: 0): the KV cache lives in the pod's memory"
+                )
         if self.autoscaling.min_replicas > self.autoscaling.max_replicas:
             raise ValueError("autoscaling.minReplicas must be <= autoscaling.maxReplicas")
         if self.model_cache.type == "PVC" and not self.model_cache.claim_name:
@@ -670,6 +825,19 @@ class VLLMServiceSpec(_Model):
     @property
     def served_model_name(self) -> str:
         return self.model.served_model_name or self.model.reference
+
+    @property
+    def kv_cache_bytes(self) -> int | None:
+        """--kv-cache-memory-bytes: engine.kvCacheMemory, or on CPU a quarter of the pod's
+        memory (whole MiB). Without it vLLM's CPU backend sizes the cache from the node's
+        memory (gpuMemoryUtilization of it), not the pod's limit: it fails to start or is
+        OOM-killed."""
+        if self.engine.kv_cache_memory is not None:
+            return math.floor(parse_quantity(self.engine.kv_cache_memory))
+        if self.resources.on_cpu and self.resources.memory is not None:
+            share = parse_quantity(self.resources.memory) / CPU_KV_CACHE_SHARE_OF_MEMORY
+            return max(1, math.floor(share / 2**20)) * 2**20
+        return None
 
     @property
     def startup_failure_threshold(self) -> int:

@@ -94,6 +94,8 @@ TOO_LONG_NAME = "a" * 43
 SINGLE_SOURCE = "set exactly one of model.id (Hugging Face id), model.path or model.pvc"
 OWNED_ARG = "extraArgs must not set arguments the operator owns"
 
+CPU = {"gpus": 0, "cpu": "1", "memory": "4Gi"}
+
 # (id, change to the minimal sample, substrings the API server's error must contain)
 INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
     (
@@ -120,6 +122,37 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
         "tensor-parallel-without-gpus",
         _both(_set("spec.engine.tensorParallelSize", 2), _set("spec.resources.gpus", 1)),
         ("engine.tensorParallelSize must equal resources.gpus",),
+    ),
+    # serving on CPU (resources.gpus: 0)
+    (
+        "cpu-without-sizing",
+        _set("spec.resources", {"gpus": 0}),
+        ("spec.resources", "resources.cpu and resources.memory are required"),
+    ),
+    (
+        "cpu-tensor-parallel-2",
+        _both(_set("spec.resources", CPU), _set("spec.engine.tensorParallelSize", 2)),
+        ("or be 1 on CPU",),
+    ),
+    (
+        "cpu-block-size-16",
+        _both(_set("spec.resources", CPU), _set("spec.engine.blockSize", 16)),
+        ("spec.engine.blockSize", "must be a multiple of 32 on CPU"),
+    ),
+    (
+        "cpu-kv-cache-not-below-memory",
+        _both(_set("spec.resources", CPU), _set("spec.engine.kvCacheMemory", "4096Mi")),
+        ("spec.engine.kvCacheMemory", "must be less than resources.memory"),
+    ),
+    (
+        "cpu-with-gpu-product",
+        _set("spec.resources", {**CPU, "gpuProduct": "NVIDIA-H100-80GB-HBM3"}),
+        ("resources.gpuProduct needs resources.gpus > 0",),
+    ),
+    (
+        "kv-cache-memory-0",
+        _set("spec.engine.kvCacheMemory", "0"),
+        ("engine.kvCacheMemory must be a positive quantity",),
     ),
     (
         "no-model-source",
@@ -242,7 +275,7 @@ def test_schema_defaults_are_stored(
     assert spec["model"] == {"id": "Qwen/Qwen2.5-0.5B-Instruct"}
     assert spec["port"] == 8000
     assert spec["replicas"] == 1
-    assert spec["image"].startswith("vllm/vllm-openai:")
+    assert "image" not in spec  # the operator's setting, per accelerator
     assert spec["engine"]["gpuMemoryUtilization"] == 0.9
     assert spec["engine"]["tensorParallelSize"] == 1
     assert spec["engine"]["enablePrefixCaching"] is True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.deployment import render_deployment, server_args
 from vllm_operator.render.service import endpoint, render_service
 from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service, VLLMServiceSpec
+from vllm_operator.spec import Service, VLLMServiceSpec, parse_quantity
 
 SETTINGS = OperatorSettings(cluster_domain="cluster.local")
 
@@ -257,13 +258,11 @@ def test_tinyllama_args() -> None:
         "auto",
         "--enable-prefix-caching",
         "--max-model-len",
-        "4096",
+        "2048",
         "--block-size",
         "16",
         "--max-num-seqs",
         "256",
-        "--swap-space",
-        "4",
     ]
 
 
@@ -739,13 +738,34 @@ def test_extra_args_must_not_set_owned_args(arg: str) -> None:
 
 
 def test_extra_args_may_set_other_args() -> None:
-    spec = VLLMServiceSpec.model_validate(
-        spec_with(engine={"extraArgs": ["--seed=1", "--portable", "--hostname=x"]})
-    )
-    assert spec.engine.extra_args == ["--seed=1", "--portable", "--hostname=x"]
+    extra = [
+        "--seed=1",
+        "--portable",
+        "--hostname=x",
+        "--swap-space",
+        "4",
+        "--max-num-batched-tokens",
+    ]
+    spec = VLLMServiceSpec.model_validate(spec_with(engine={"extraArgs": extra}))
+    assert spec.engine.extra_args == extra
 
 
-@pytest.mark.parametrize("arg", ["--max_model_len=100", "--tensor_parallel_size=2", "-tp"])
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "--max_model_len=100",
+        "--tensor_parallel_size=2",
+        "-tp",
+        "-sc",
+        "--max-model",  # argparse takes an unambiguous prefix for the flag
+        "--max-model=100",
+        "--speculative-config.method=ngram",  # vLLM's dotted form of a JSON flag
+        "--speculative_config.num_speculative_tokens",
+        "--device-memory-utilization=0.5",  # vLLM's alias of --gpu-memory-utilization
+        "--no-enforce-eager",
+        "--kv-cache-memory-bytes=1",
+    ],
+)
 def test_extra_args_spelling_variants_of_owned_args(arg: str) -> None:
     with pytest.raises(ValueError, match="extraArgs"):
         VLLMServiceSpec.model_validate(spec_with(engine={"extraArgs": [arg]}))
@@ -807,3 +827,179 @@ def test_describe_names_the_field() -> None:
         "spec.engine: Value error, engine.extraArgs: --port is set by the operator; "
         "use the spec field for it"
     )
+
+
+# ---- images ------------------------------------------------------------------------------
+
+
+def test_image_defaults_to_the_operator_setting_per_accelerator() -> None:
+    settings = OperatorSettings(gpu_image="registry.local/vllm:gpu", cpu_image="localhost/cpu:1")
+    assert container(render_deployment(service("minimal"), settings))["image"] == (
+        "registry.local/vllm:gpu"
+    )
+    assert container(render_deployment(service("tiny-cpu"), settings))["image"] == (
+        "localhost/cpu:1"
+    )
+    assert container(render_deployment(service("tiny-cpu"), SETTINGS))["image"] == (
+        "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0"
+    )
+
+
+def test_spec_image_wins_over_the_default() -> None:
+    for sample in ("minimal", "tiny-cpu"):
+        dep = render_deployment(service(sample, {"image": "mine:1"}), SETTINGS)
+        assert container(dep)["image"] == "mine:1"
+
+
+def test_cpu_image_setting_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_OPERATOR_CPU_IMAGE", "localhost/vllm-cpu:0.32.0")
+    assert OperatorSettings().cpu_image == "localhost/vllm-cpu:0.32.0"
+
+
+# ---- serving on CPU (resources.gpus: 0) ---------------------------------------------------
+
+
+def test_tiny_cpu_container_exactly() -> None:
+    c = container(render_deployment(service("tiny-cpu"), SETTINGS))
+    assert c["args"] == [
+        "--model",
+        "/models",
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "1",
+        # no --gpu-memory-utilization: vLLM would apply it to the node's memory
+        "--dtype",
+        "auto",
+        "--enable-prefix-caching",
+        "--max-model-len",
+        "2048",
+        "--block-size",
+        "32",
+        "--max-num-seqs",
+        "16",
+        "--kv-cache-memory-bytes",
+        str(2**30),
+        "--enforce-eager",
+    ]
+    assert c["env"] == [
+        {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    ]
+    # Guaranteed QoS, no GPU
+    assert c["resources"] == {
+        "requests": {"cpu": "1", "memory": "5Gi"},
+        "limits": {"cpu": "1", "memory": "5Gi"},
+    }
+    assert c["volumeMounts"] == [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "model", "mountPath": "/models", "readOnly": True},
+    ]
+
+
+def test_tiny_cpu_pod_has_no_gpu_scheduling() -> None:
+    ps = pod_spec(render_deployment(service("tiny-cpu"), SETTINGS))
+    assert "tolerations" not in ps
+    assert "nodeSelector" not in ps
+    assert ps["volumes"] == [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+        {"name": "model", "persistentVolumeClaim": {"claimName": "tiny-model", "readOnly": True}},
+    ]
+
+
+def test_cpu_user_tolerations_and_selectors_are_kept() -> None:
+    spot = {"key": "spot", "operator": "Exists"}
+    svc = service("tiny-cpu", {"tolerations": [spot], "nodeSelector": {"pool": "cpu"}})
+    ps = pod_spec(render_deployment(svc, SETTINGS))
+    assert ps["tolerations"] == [spot]
+    assert ps["nodeSelector"] == {"pool": "cpu"}
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [("5Gi", 5 * 2**30 // 4), ("6G", (6 * 10**9 // 4) // 2**20 * 2**20), ("3Mi", 2**20)],
+)
+def test_cpu_kv_cache_defaults_to_a_quarter_of_the_memory(memory: str, expected: int) -> None:
+    b = body("tiny-cpu")
+    del b["spec"]["engine"]["kvCacheMemory"]
+    b["spec"]["resources"]["memory"] = memory
+    args = server_args(Service.from_body(b).spec)
+    assert flag_value(args, "--kv-cache-memory-bytes") == str(expected)
+
+
+def test_gpu_kv_cache_only_when_set() -> None:
+    assert "--kv-cache-memory-bytes" not in server_args(service("minimal").spec)
+    args = server_args(service("minimal", {"engine": {"kvCacheMemory": "20Gi"}}).spec)
+    assert flag_value(args, "--kv-cache-memory-bytes") == str(20 * 2**30)
+    assert flag_value(args, "--gpu-memory-utilization") == "0.9"
+
+
+def cpu_spec(**changes: Any) -> dict[str, Any]:
+    spec = {
+        "model": {"id": MINIMAL_MODEL},
+        "resources": {"gpus": 0, "cpu": "2", "memory": "8Gi"},
+    }
+    for key, value in changes.items():
+        spec[key] = {**spec.get(key, {}), **value}
+    return spec
+
+
+def test_a_cpu_spec_needs_only_cpu_and_memory() -> None:
+    spec = VLLMServiceSpec.model_validate(cpu_spec())
+    assert spec.resources.on_cpu
+    assert spec.kv_cache_bytes == 2 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"resources": {"cpu": None}}, "resources.cpu and resources.memory are required"),
+        ({"resources": {"memory": None}}, "resources.cpu and resources.memory are required"),
+        ({"resources": {"gpuProduct": "NVIDIA-H100"}}, "resources.gpuProduct needs"),
+        ({"engine": {"blockSize": 16}}, "engine.blockSize must be a multiple of 32 on CPU"),
+        ({"engine": {"tensorParallelSize": 2}}, "or be 1 on CPU"),
+        ({"engine": {"kvCacheMemory": "8Gi"}}, "kvCacheMemory must be less than resources.memory"),
+        ({"engine": {"kvCacheMemory": "9000M"}}, "kvCacheMemory must be less than"),
+        ({"engine": {"kvCacheMemory": "0"}}, "kvCacheMemory must be a positive quantity"),
+        ({"engine": {"kvCacheMemory": "1.2.3"}}, "kvCacheMemory"),
+    ],
+)
+def test_cpu_spec_rules(changes: dict[str, Any], message: str) -> None:
+    spec = cpu_spec(**changes)
+    spec["resources"] = {k: v for k, v in spec["resources"].items() if v is not None}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        VLLMServiceSpec.model_validate(spec)
+
+
+def test_cpu_block_sizes_of_32_multiples_pass() -> None:
+    for block in (32, 64, 128):
+        spec = VLLMServiceSpec.model_validate(cpu_spec(engine={"blockSize": block}))
+        assert spec.engine.block_size == block
+    # on GPUs 16 is fine
+    assert VLLMServiceSpec.model_validate(spec_with(engine={"blockSize": 16})).engine.block_size
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1Gi", 2**30),
+        ("1.5Gi", 3 * 2**29),
+        ("500M", 500 * 10**6),
+        ("2", 2),
+        ("100m", Fraction(1, 10)),
+        ("2e3", 2000),
+        ("1E", 10**18),
+        (".5Ki", 512),
+    ],
+)
+def test_parse_quantity(text: str, value: int | Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["1.2.3", "Gi", "1Gb", "1 Gi", ""])
+def test_parse_quantity_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a resource quantity"):
+        parse_quantity(text)

@@ -1,4 +1,5 @@
-"""The GPU Deployment running vLLM's OpenAI-compatible server."""
+"""The Deployment running vLLM's OpenAI-compatible server, on GPUs or (resources.gpus: 0) on
+vLLM's CPU backend."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 def server_args(spec: VLLMServiceSpec) -> list[str]:
-    """vLLM server arguments, in a fixed order so the pod template hash is stable."""
+    """vLLM server arguments, in a fixed order so the pod template hash is stable.
+
+    tests/vllm/test_server_args.py parses them with the pinned vLLM's own argument parser.
+    """
     e = spec.engine
     args = [
         "--model",
@@ -29,8 +33,11 @@ def server_args(spec: VLLMServiceSpec) -> list[str]:
         str(spec.port),
         "--tensor-parallel-size",
         str(e.tensor_parallel_size),
-        "--gpu-memory-utilization",
-        repr(e.gpu_memory_utilization),
+    ]
+    if not spec.resources.on_cpu:
+        # on CPU vLLM applies this fraction to the node's memory; the KV-cache size rules there
+        args += ["--gpu-memory-utilization", repr(e.gpu_memory_utilization)]
+    args += [
         "--dtype",
         e.dtype,
         "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
@@ -40,7 +47,7 @@ def server_args(spec: VLLMServiceSpec) -> list[str]:
         ("--max-model-len", e.max_model_len),
         ("--block-size", e.block_size),
         ("--max-num-seqs", e.max_num_seqs),
-        ("--swap-space", e.swap_space),
+        ("--kv-cache-memory-bytes", spec.kv_cache_bytes),
         ("--quantization", e.quantization),
         ("--kv-cache-dtype", None if e.kv_cache_dtype == "auto" else e.kv_cache_dtype),
     ]
@@ -74,6 +81,13 @@ def _env(spec: VLLMServiceSpec) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
             }
         )
+    if spec.resources.on_cpu:
+        # vLLM's processes find each other at this address; unset, vLLM guesses it from the
+        # route towards 8.8.8.8 (vllm/utils/network_utils.py get_ip), or falls back to 0.0.0.0
+        # on a pod network without a default route. The pod's own IP needs no guess.
+        env.append(
+            {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        )
     for var in spec.env:
         item: dict[str, Any] = {"name": var.name}
         if var.value is not None:
@@ -92,6 +106,10 @@ def _resources(spec: VLLMServiceSpec) -> dict[str, Any]:
         requests[r.gpu_resource_name] = limits[r.gpu_resource_name] = str(r.gpus)
     if r.cpu:
         requests["cpu"] = r.cpu
+        if r.on_cpu:
+            # Guaranteed QoS: the static CPU manager then pins whole cores, the ones vLLM's
+            # CPU backend binds its OpenMP threads to (it binds to every core it may use)
+            limits["cpu"] = r.cpu
     if r.memory:
         requests["memory"] = limits["memory"] = r.memory
     out: dict[str, Any] = {}
@@ -149,7 +167,7 @@ def _scheduling(spec: VLLMServiceSpec) -> dict[str, Any]:
     if node_selector:
         out["nodeSelector"] = node_selector
     tolerations = [copy.deepcopy(t) for t in spec.tolerations]
-    if spec.resources.gpus and not any(
+    if not spec.resources.on_cpu and not any(
         t.get("key") == spec.resources.gpu_resource_name for t in tolerations
     ):
         # GPU node pools are commonly tainted with the GPU resource name (GKE, AKS, EKS docs)
@@ -169,12 +187,19 @@ def _scheduling(spec: VLLMServiceSpec) -> dict[str, Any]:
     return out
 
 
+def image(spec: VLLMServiceSpec, settings: OperatorSettings) -> str:
+    """spec.image, or the operator's default vLLM image for the accelerator."""
+    if spec.image:
+        return spec.image
+    return settings.cpu_image if spec.resources.on_cpu else settings.gpu_image
+
+
 def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
     spec = svc.spec
     volumes, mounts = _volumes(spec)
     container: dict[str, Any] = {
         "name": CONTAINER,
-        "image": spec.image,
+        "image": image(spec, settings),
         "imagePullPolicy": spec.image_pull_policy,
         # the module, not the `vllm` console script: works in every vllm-openai image
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
