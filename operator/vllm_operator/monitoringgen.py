@@ -7,6 +7,7 @@ and the pieces every cluster needs (prometheus-adapter's rules, the dashboard).
 Files (all generated; CI fails when they drift):
   vllm-alerts.rules.yaml             alerts + band recording rules for every service, defaults
   prometheus-adapter-config.yaml     prometheus-adapter rules: the band metric as a pods metric
+  prometheus-adapter-values.yaml     the same rules as values of the prometheus-adapter chart
   prometheus-scrape-configs.yaml     scrape_configs for a plain Prometheus (kubernetes_sd)
   operator-podmonitor.yaml           PodMonitor for the operator's own /metrics
   grafana-dashboard-configmap.yaml   the dashboard, as a ConfigMap for Grafana's sidecar
@@ -29,7 +30,9 @@ from vllm_operator.render.monitoring import (
     BAND_METRIC,
     SERVICE_RELABEL_SOURCE,
     Scope,
+    operator_alerts,
     rule_groups,
+    vllm_alerts,
 )
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import AlertThresholds, AutoscalingSpec
@@ -72,6 +75,12 @@ def adapter_config() -> dict[str, Any]:
         }
 
     return {"rules": [pods_rule(BAND_METRIC, "max"), pods_rule(ADAPTER_RAW_QUEUE, "sum")]}
+
+
+def adapter_helm_values() -> dict[str, Any]:
+    """Values for the prometheus-community/prometheus-adapter Helm chart: the same rules,
+    without the chart's default rules (set prometheus.url on the command line)."""
+    return {"rules": {"default": False, "custom": adapter_config()["rules"]}}
 
 
 def vllm_pod_relabel_configs() -> list[dict[str, Any]]:
@@ -183,18 +192,25 @@ def dashboard_configmap() -> dict[str, Any]:
     }
 
 
-def rule_queries() -> list[str]:
-    """Every PromQL expression of the generic rules (recording and alerting)."""
-    return [r["expr"] for g in generic_rule_groups() for r in g["rules"]]
+def rule_queries(conditions: bool = True) -> list[str]:
+    """Every PromQL expression of the generic rules (recording and alerting). With
+    conditions=False an alert contributes the value it compares instead (`max by (...) (...)`
+    rather than `... > 0.9`): what returns data on a healthy service, for a live test."""
+    values = {a.expr: a.query for a in vllm_alerts(Scope(), AlertThresholds())}
+    values |= {a.expr: a.query for a in operator_alerts(Scope())}
+    exprs = [r["expr"] for g in generic_rule_groups() for r in g["rules"]]
+    return exprs if conditions else [values.get(e, e) for e in exprs]
 
 
-def all_queries(namespace: str | None = None, service: str | None = None) -> list[str]:
+def all_queries(
+    namespace: str | None = None, service: str | None = None, conditions: bool = True
+) -> list[str]:
     """Every PromQL expression of the rules and the dashboard; with namespace and service the
-    dashboard's variables are filled in (what a live test evaluates)."""
+    dashboard's variables are filled in (what a live test evaluates against a Prometheus)."""
     board = dashboard_queries()
     if namespace is not None and service is not None:
         board = [concrete(q, namespace, service) for q in board]
-    return rule_queries() + board
+    return rule_queries(conditions) + board
 
 
 class _Dumper(yaml.SafeDumper):
@@ -229,6 +245,13 @@ def render_files() -> dict[str, str]:
             adapter_config(),
             "# prometheus-adapter --config: serves the band metric the operator's HPAs target\n"
             f"# ({BAND_METRIC}) and the raw queue as pods metrics of custom.metrics.k8s.io.\n",
+        ),
+        "prometheus-adapter-values.yaml": _dump(
+            adapter_helm_values(),
+            "# The same rules as values of the prometheus-community/prometheus-adapter chart:\n"
+            "#   helm install prometheus-adapter prometheus-community/prometheus-adapter \\\n"
+            "#     -n monitoring -f prometheus-adapter-values.yaml \\\n"
+            "#     --set prometheus.url=http://<prometheus service>.monitoring.svc\n",
         ),
         "prometheus-scrape-configs.yaml": _dump(
             {"scrape_configs": scrape_configs()},

@@ -83,8 +83,8 @@ class AlertDef:
     """One alert: its PromQL condition is `query <op> threshold`, held for `for_`."""
 
     name: str
-    query: str  # the value compared (also what a dashboard would plot)
-    threshold: float | None  # None: the query is already a condition (operator alerts)
+    query: str  # the value compared (what a dashboard plots, what a live test evaluates)
+    threshold: float
     for_: str
     summary: str
     description: str
@@ -93,8 +93,6 @@ class AlertDef:
 
     @property
     def expr(self) -> str:
-        if self.threshold is None:
-            return self.query
         return f"{self.query} {self.op} {_num(self.threshold)}"
 
 
@@ -208,8 +206,9 @@ def operator_alerts(scope: Scope) -> list[AlertDef]:
     return [
         AlertDef(
             name="VLLMBenchmarkGateFailed",
-            query=f"{scope.sel(BENCHMARK_PASSED)} == 0",
-            threshold=None,
+            query=scope.sel(BENCHMARK_PASSED),
+            op="==",
+            threshold=0,
             for_="0s",
             summary=f"vLLM {s}: revision {{{{ $labels.revision }}}} failed its benchmark gates",
             description=(
@@ -220,8 +219,9 @@ def operator_alerts(scope: Scope) -> list[AlertDef]:
         ),
         AlertDef(
             name="VLLMRolledBack",
-            query=f"{scope.sel(ROLLBACK_ACTIVE)} == 1",
-            threshold=None,
+            query=scope.sel(ROLLBACK_ACTIVE),
+            op="==",
+            threshold=1,
             for_="0s",
             summary=f"vLLM {s}: rolled back to revision {{{{ $labels.revision }}}}",
             description=(
@@ -232,8 +232,9 @@ def operator_alerts(scope: Scope) -> list[AlertDef]:
         ),
         AlertDef(
             name="VLLMAutoscalerMetricUnavailable",
-            query=f"{scope.sel(AUTOSCALER_SCALING_ACTIVE)} == 0",
-            threshold=None,
+            query=scope.sel(AUTOSCALER_SCALING_ACTIVE),
+            op="==",
+            threshold=0,
             for_="5m",
             summary=f"vLLM {s}: the autoscaler cannot get its metric",
             description=(
