@@ -20,8 +20,13 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## the operator's Python environment with the dev tools
 
 .PHONY: control-plane
-control-plane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok (cached)
+control-plane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok, kubelet, kube-proxy (cached)
 	scripts/build-control-plane.sh
+
+.PHONY: node
+node: ## the real node's host packages (containerd, runc, CNI, iptables, buildah, ...) and CoreDNS (cached)
+	scripts/install-node-deps.sh
+	scripts/build-node.sh
 
 .PHONY: monitoring
 monitoring: ## promtool + Prometheus (Debian) and prometheus-adapter (Go module proxy; cached)
@@ -38,10 +43,10 @@ images: ## container images built here without Docker: pause, operator, benchmar
 	scripts/build-images.sh $(IMAGES_ARGS)
 
 .PHONY: setup
-setup: venv control-plane vllm ## everything the demo and the tests need
+setup: venv control-plane node vllm images ## everything the demo and the tests need
 
 .PHONY: cluster-up
-cluster-up: venv control-plane ## start the local cluster (127.0.0.1, fake GPU nodes)
+cluster-up: venv control-plane node images ## start the local cluster (fake GPU nodes + the real node)
 	$(LOCALENV) up
 
 .PHONY: cluster-down
@@ -57,7 +62,7 @@ cluster-reset: venv ## stop the local cluster and delete its state
 	$(LOCALENV) reset
 
 .PHONY: demo
-demo: setup ## the main job: bring up the local cluster and show its GPU nodes
+demo: setup ## the main job: the operator in-cluster serves and benchmarks a model on the real node
 	scripts/demo.sh
 
 .PHONY: generate

@@ -35,7 +35,7 @@ timed() {  # timed NAME LOG cmd... -> runs cmd, records seconds, shows the log t
 command -v go >/dev/null || die "the go command is not installed (needed to build the control plane)"
 
 # ---------- kubernetes: apiserver, controller-manager, scheduler, kubectl ----------
-K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 need_k8s=0
 for b in "${K8S_BINS[@]}"; do have "$b" "v$K8S_VERSION" || need_k8s=1; done
 if [ "$need_k8s" = 1 ]; then

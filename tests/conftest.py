@@ -7,6 +7,7 @@ cluster is stopped at the end. The vLLM server is started once for the `vllm` te
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,8 @@ from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
 from vllm_localenv.operator_process import OperatorProcess, install
 from vllm_localenv.vllm_server import VllmServer, tiny_model
 
-TEST_STATE_DIR = REPO_ROOT / ".state" / "test-cluster"
+# VLLM_TEST_STATE_DIR: a separate test cluster per concurrent checkout/run on one machine
+TEST_STATE_DIR = Path(os.environ.get("VLLM_TEST_STATE_DIR") or REPO_ROOT / ".state" / "test-cluster")
 
 
 @pytest.fixture(scope="session")

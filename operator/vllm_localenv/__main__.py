@@ -1,9 +1,11 @@
 """Command line for the local environment: `python -m vllm_localenv COMMAND`.
 
 up | down | status | reset | env     the local cluster
-operator                            CRDs + RBAC + the operator as its ServiceAccount
-vllm                                a real vLLM server on CPU (the tiny model)
-play-benchmark SERVICE              run a benchmark Job's command here, as its pod would
+deploy-operator                     CRDs + RBAC + the operator in-cluster from its image
+model-volume NAMESPACE              a PVC bound to a local volume holding the tiny model
+operator                            CRDs + RBAC + the operator as a host process (development)
+vllm                                a real vLLM server on CPU on the host (the tiny model)
+play-benchmark SERVICE              run a benchmark Job's command on the host (simulated GPU pods)
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_localenv import benchjob
-from vllm_localenv.cluster import DEFAULT_STATE_DIR, ClusterError, LocalCluster, Ports
-from vllm_localenv.operator_process import OperatorProcess, install
+from vllm_localenv import benchjob, model_volume
+from vllm_localenv.cluster import DEFAULT_STATE_DIR, REPO_ROOT, ClusterError, LocalCluster, Ports
+from vllm_localenv.node import NodeError
+from vllm_localenv.operator_process import OPERATOR_NAMESPACE, OperatorProcess, install
 from vllm_localenv.vllm_server import VllmServer, tiny_model
 
 
@@ -78,6 +81,22 @@ def _operator(cluster: LocalCluster, _: argparse.Namespace) -> int:
     return 0
 
 
+def _deploy_operator(cluster: LocalCluster, _: argparse.Namespace) -> int:
+    install(cluster)
+    cluster.kubectl("apply", "-k", str(REPO_ROOT / "deploy" / "local"))
+    cluster.kubectl(
+        "rollout", "status", "deployment/vllm-operator", "-n", OPERATOR_NAMESPACE, "--timeout=300s"
+    )
+    print("operator running in-cluster (deploy/local: image localhost/vllm-operator:dev)")
+    return 0
+
+
+def _model_volume(cluster: LocalCluster, args: argparse.Namespace) -> int:
+    model_volume.create(cluster, args.namespace, args.claim)
+    print(f"PVC {args.namespace}/{args.claim} bound to a local volume holding the tiny model")
+    return 0
+
+
 def _vllm(cluster: LocalCluster, args: argparse.Namespace) -> int:
     if cluster.running().get("vllm"):
         print("the local vLLM server is already running")
@@ -112,6 +131,14 @@ COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str
     "status": (_status, "which components are running"),
     "reset": (_reset, "stop and delete all state (PKI, etcd data, logs)"),
     "env": (_env, "print the export line for kubectl"),
+    "deploy-operator": (
+        _deploy_operator,
+        "install the CRDs and RBAC and run the operator in-cluster from its image (real node)",
+    ),
+    "model-volume": (
+        _model_volume,
+        "a PVC bound to a local volume on the real node holding the tiny test model",
+    ),
     "operator": (
         _operator,
         (
@@ -151,15 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     parsers = {name: sub.add_parser(name, help=text) for name, (_, text) in COMMANDS.items()}
     parsers["vllm"].add_argument("--served-model-name", default="tiny")
     parsers["vllm"].add_argument("--port", type=int, default=18000)
+    parsers["model-volume"].add_argument("namespace", nargs="?", default="default")
+    parsers["model-volume"].add_argument("--claim", default="tiny-model")
     parsers["play-benchmark"].add_argument("service")
     parsers["play-benchmark"].add_argument("-n", "--namespace", default="default")
     parsers["play-benchmark"].add_argument("--url", default="http://127.0.0.1:18000")
     args = parser.parse_args(argv)
     ports = Ports.free() if os.environ.get("VLLM_LOCALENV_PORTS") == "free" else None
-    cluster = LocalCluster(state_dir=Path(args.state_dir), ports=ports)
+    # the real node (kubelet + containerd on this host) is on unless switched off
+    real_node = os.environ.get("VLLM_LOCALENV_REAL_NODE", "1") != "0"
+    cluster = LocalCluster(state_dir=Path(args.state_dir), ports=ports, real_node=real_node)
     try:
         return COMMANDS[args.cmd][0](cluster, args)
-    except ClusterError as exc:
+    except (ClusterError, NodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from vllm_localenv import node as realnode
 from vllm_localenv import pki
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -247,12 +248,22 @@ class LocalCluster:
         bin_dir: Path = DEFAULT_BIN_DIR,
         ports: Ports | None = None,
         nodes: tuple[GpuNode, ...] = DEFAULT_NODES,
+        real_node: bool = False,
     ) -> None:
         self.state_dir = state_dir
         self.bin_dir = bin_dir
         self.nodes = nodes
         self._ports = ports
+        # a kubelet on this host beside the simulated GPU nodes (node.py); one per host
+        self.real_node = real_node
+        self.node = realnode.RealNode(
+            state_dir, bin_dir, state_dir / "pki", DEFAULT_CACHE / "images" / "index.json"
+        )
         self._started: list[tuple[_Proc, subprocess.Popen[bytes]]] = []
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return COMPONENTS + (realnode.NODE_COMPONENTS if self.real_node else ())
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -302,7 +313,7 @@ class LocalCluster:
     def up(self, timeout: float = 120.0, log: Callable[[str], None] = lambda _m: None) -> bool:
         """Starts the cluster; returns False (and starts nothing) when it is already running."""
         alive = self.running()
-        if all(alive.get(c) for c in COMPONENTS):
+        if all(alive.get(c) for c in self.components):
             return False
         if any(alive.values()):
             dead = ", ".join(n for n, ok in alive.items() if not ok) or "some components"
@@ -320,13 +331,17 @@ class LocalCluster:
                 )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
-        if not (self.pki_dir / "ca.crt").exists():
-            pki.generate(self.pki_dir)
+        pki.generate(self.pki_dir)  # only what is missing
         self._write_kubeconfig(ports)
         state = _State(ports)
         self._ports = ports
         deadline = time.monotonic() + timeout
         try:
+            if self.real_node:
+                # first, before anything host-wide: undo a crashed run, record the host
+                self.node.claim(lambda d: any(LocalCluster(Path(d)).running().values()))
+                self.node.guard_ports([ports.apiserver, ports.etcd_client, ports.etcd_peer, 10250])
+                self.node.prepare_host()
             self._start_etcd(state, deadline)
             log("etcd ready")
             self._start_apiserver(state, deadline)
@@ -335,22 +350,78 @@ class LocalCluster:
             self._register_nodes()
             self._wait_ready(deadline)
             log("controller-manager, scheduler, kwok ready; GPU nodes Ready")
+            if self.real_node:
+                self._start_node(state, deadline, log)
         except BaseException:
             self._kill([p for p, _ in self._started])
             self._state_file.unlink(missing_ok=True)
+            if self.real_node and self.node.owned_by_us():
+                self.node.cleanup()
             raise
         return True
 
+    def _start_node(self, state: _State, deadline: float, log: Callable[[str], None]) -> None:
+        """containerd, images, kubelet, kube-proxy and CoreDNS; waits for the node to be
+        Ready and cluster DNS to answer."""
+        self.node.write_configs(state.ports.apiserver)
+
+        def spawn(name: str, args: list[str], _cwd: Path | None) -> subprocess.Popen[bytes]:
+            return self._spawn(state, name, args, exe=self._node_exe(name))
+
+        t0 = time.monotonic()
+        self.node.start_containerd(spawn, deadline)
+        self.node.import_images(log)
+        log(f"containerd ready, images in place ({time.monotonic() - t0:.0f}s)")
+        self.kubectl(
+            "create",
+            "clusterrolebinding",
+            "vllm-localenv:kube-proxy",
+            "--clusterrole=system:node-proxier",
+            "--user=system:kube-proxy",
+            check=False,
+        )
+        procs = {
+            "kubelet": self.node.start_kubelet(spawn),
+            "kube-proxy": self.node.start_kube_proxy(spawn),
+            "coredns": self.node.start_coredns(spawn),
+        }
+
+        def node_ready() -> bool:
+            out = json.loads(
+                self.kubectl("get", "node", realnode.NODE_NAME, "-o", "json", check=False) or "{}"
+            )
+            conds = {c["type"]: c["status"] for c in out.get("status", {}).get("conditions", [])}
+            return conds.get("Ready") == "True"
+
+        self._wait("kubelet", procs["kubelet"], node_ready, deadline + 60)
+        self._wait("coredns", procs["coredns"], self.node.dns_ready, deadline + 60)
+        if procs["kube-proxy"].poll() is not None:
+            self._wait("kube-proxy", procs["kube-proxy"], lambda: False, deadline)
+        log(f"real node {realnode.NODE_NAME} Ready ({time.monotonic() - t0:.0f}s)")
+
+    def _node_exe(self, name: str) -> str:
+        """containerd comes from Debian; kubelet, kube-proxy and CoreDNS from our build."""
+        if name == "containerd":
+            found = shutil.which("containerd")
+            if found is None:
+                raise ClusterError("containerd is not installed: run scripts/install-node-deps.sh")
+            return found
+        return str(self.bin_dir / name)
+
     def _check_binaries(self) -> None:
-        missing = [c for c in COMPONENTS if not (self.bin_dir / c).is_file()]
+        wanted = [*COMPONENTS, *(("kubelet", "kube-proxy", "coredns") if self.real_node else ())]
+        missing = [c for c in wanted if not (self.bin_dir / c).is_file()]
         if missing:
             raise ClusterError(
                 f"missing binaries in {self.bin_dir}: {', '.join(missing)}; "
-                "build them with `make control-plane` (scripts/build-control-plane.sh)"
+                "build them with `make control-plane` (scripts/build-control-plane.sh, "
+                "scripts/build-node.sh)"
             )
 
-    def _spawn(self, state: _State, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        exe = str(self.bin_dir / name)
+    def _spawn(
+        self, state: _State, name: str, args: list[str], exe: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        exe = exe or str(self.bin_dir / name)
         logf = (self.log_dir / f"{name}.log").open("ab")
         # its own session: a Ctrl-C in the terminal that ran `up` does not kill the cluster
         proc = subprocess.Popen(
@@ -435,9 +506,26 @@ class LocalCluster:
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{state.ports.etcd_client}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                *(
+                    # pods reach it on the bridge (node.py's guard chain drops other interfaces)
+                    ["--bind-address=0.0.0.0", f"--advertise-address={realnode.BRIDGE_IP}"]
+                    if self.real_node
+                    else ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+                ),
                 f"--secure-port={state.ports.apiserver}",
+                # kubectl logs/exec: reach kubelets by IP, not through the host's DNS
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={k / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={k / 'apiserver-kubelet-client.key'}",
+                f"--kubelet-certificate-authority={k / 'ca.crt'}",
+                # the aggregation layer (custom.metrics.k8s.io through prometheus-adapter)
+                f"--requestheader-client-ca-file={k / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={k / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={k / 'front-proxy-client.key'}",
                 f"--tls-cert-file={k / 'apiserver.crt'}",
                 f"--tls-private-key-file={k / 'apiserver.key'}",
                 f"--client-ca-file={k / 'ca.crt'}",
@@ -635,6 +723,15 @@ class LocalCluster:
                             "nvidia.com/gpu.present": "true",
                         },
                     },
+                    # beside a real node, only pods that tolerate GPU nodes land here (the
+                    # operator renders that toleration for GPU pods; common on GPU clusters)
+                    "spec": {
+                        "taints": [
+                            {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+                        ]
+                        if self.real_node
+                        else []
+                    },
                     "status": {
                         "capacity": resources,
                         "allocatable": resources,
@@ -709,9 +806,13 @@ class LocalCluster:
         """Stops exactly the processes recorded as started here; returns their names."""
         state = self._read_state()
         if state is None:
+            if self.node.owned_by_us():  # a start that failed half-way
+                self.node.cleanup()
             return []
         stopped = [p.name for p in state.procs if _is_ours(p)]
         self._kill(state.procs)
+        if self.node.owned_by_us():
+            self.node.cleanup()
         self._state_file.unlink(missing_ok=True)
         self._started.clear()
         return stopped
@@ -719,6 +820,8 @@ class LocalCluster:
     def reset(self) -> None:
         """Stops the cluster and deletes its state (PKI, etcd data, logs)."""
         self.down()
+        if self.node.owned_by_us():  # crashed earlier: nothing ran, host state remains
+            self.node.cleanup()
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
 

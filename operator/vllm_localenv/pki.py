@@ -1,5 +1,6 @@
 """Self-generated PKI for the local control plane: a CA, the apiserver's serving certificate,
-an admin client certificate (group system:masters) and the service-account signing key."""
+an admin client certificate (group system:masters), the service-account signing key, the real
+node's kubelet and kube-proxy identities, and the aggregation layer's front-proxy CA."""
 
 from __future__ import annotations
 
@@ -67,15 +68,20 @@ def _issue(
     return builder.sign(ca_key, hashes.SHA256())
 
 
-def generate(pki_dir: Path) -> None:
-    """Writes ca.{crt,key}, apiserver.{crt,key}, admin.{crt,key}, sa.{key,pub} into pki_dir."""
-    pki_dir.mkdir(parents=True, exist_ok=True)
+def _load(pki_dir: Path, name: str) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+    cert = x509.load_pem_x509_certificate((pki_dir / f"{name}.crt").read_bytes())
+    key = serialization.load_pem_private_key((pki_dir / f"{name}.key").read_bytes(), None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    return cert, key
+
+
+def _make_ca(pki_dir: Path, name: str, common_name: str) -> None:
     ca_key = _key()
     now = dt.datetime.now(dt.UTC)
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("vllm-operator-local-ca"))
-        .issuer_name(_name("vllm-operator-local-ca"))
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
@@ -97,45 +103,111 @@ def generate(pki_dir: Path) -> None:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write_key(pki_dir / "ca.key", ca_key)
-    _write_cert(pki_dir / "ca.crt", ca_cert)
+    _write_key(pki_dir / f"{name}.key", ca_key)
+    _write_cert(pki_dir / f"{name}.crt", ca_cert)
 
-    serving_key = _key()
-    sans: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),  # first service IP: kubernetes.default
-        x509.DNSName("localhost"),
-        x509.DNSName("kubernetes"),
-        x509.DNSName("kubernetes.default"),
-        x509.DNSName("kubernetes.default.svc"),
-        x509.DNSName("kubernetes.default.svc.cluster.local"),
-    ]
-    serving = _issue(
-        _name("kube-apiserver"),
-        key=serving_key,
-        ca_cert=ca_cert,
-        ca_key=ca_key,
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
-        sans=sans,
-    )
-    _write_key(pki_dir / "apiserver.key", serving_key)
-    _write_cert(pki_dir / "apiserver.crt", serving)
 
-    admin_key = _key()
-    admin = _issue(
-        _name("local-admin", "system:masters"),
-        key=admin_key,
-        ca_cert=ca_cert,
-        ca_key=ca_key,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
-    )
-    _write_key(pki_dir / "admin.key", admin_key)
-    _write_cert(pki_dir / "admin.crt", admin)
+# The bridge the real node lives on (node.py); the apiserver serves pods there too.
+BRIDGE_IP = "10.85.0.1"
+NODE_NAME = "cpu-node-0"
 
-    sa_key = _key()
-    _write_key(pki_dir / "sa.key", sa_key)
-    (pki_dir / "sa.pub").write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+# name -> (subject CN, organisation, usage, IP SANs, DNS SANs, issuing CA)
+_LEAVES: dict[str, tuple[str, str | None, x509.ObjectIdentifier, list[str], list[str], str]] = {
+    "apiserver": (
+        "kube-apiserver",
+        None,
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        # 10.0.0.1: the first service IP (kubernetes.default); the bridge: pods' route to it
+        ["127.0.0.1", "10.0.0.1", BRIDGE_IP],
+        [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ],
+        "ca",
+    ),
+    "admin": ("local-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH, [], [], "ca"),
+    # the real node's kubelet (Node authorizer: system:node:<name> in system:nodes)
+    "node": (
+        f"system:node:{NODE_NAME}",
+        "system:nodes",
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        [],
+        [],
+        "ca",
+    ),
+    "kubelet-serving": (
+        NODE_NAME,
+        None,
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [BRIDGE_IP],
+        [NODE_NAME],
+        "ca",
+    ),
+    # the apiserver's client identity towards kubelets (logs, exec)
+    "apiserver-kubelet-client": (
+        "kube-apiserver-kubelet-client",
+        "system:masters",
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        [],
+        [],
+        "ca",
+    ),
+    "kube-proxy": ("system:kube-proxy", None, ExtendedKeyUsageOID.CLIENT_AUTH, [], [], "ca"),
+    # the aggregation layer (custom.metrics.k8s.io through prometheus-adapter)
+    "front-proxy-client": (
+        "front-proxy-client",
+        None,
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        [],
+        [],
+        "front-proxy-ca",
+    ),
+}
+
+
+def _has_sans(path: Path, ips: list[str]) -> bool:
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        got = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return not ips
+    have = {str(a) for a in got.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= have
+
+
+def generate(pki_dir: Path) -> None:
+    """Writes every missing piece into pki_dir: ca, front-proxy-ca, sa.{key,pub} and the leaf
+    certificates of _LEAVES (NAME.crt/NAME.key). Existing files are kept, so a state directory
+    made by an older version gains the new certificates without invalidating the old ones; a
+    serving certificate that lacks a required address is reissued."""
+    pki_dir.mkdir(parents=True, exist_ok=True)
+    for ca, cn in (
+        ("ca", "vllm-operator-local-ca"),
+        ("front-proxy-ca", "vllm-operator-front-proxy"),
+    ):
+        if not (pki_dir / f"{ca}.crt").exists():
+            _make_ca(pki_dir, ca, cn)
+    for name, (cn, org, usage, ips, dns, issuer) in _LEAVES.items():
+        crt = pki_dir / f"{name}.crt"
+        if crt.exists() and _has_sans(crt, ips):
+            continue
+        ca_cert, ca_key = _load(pki_dir, issuer)
+        key = _key()
+        sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        sans += [x509.DNSName(d) for d in dns]
+        cert = _issue(
+            _name(cn, org), key=key, ca_cert=ca_cert, ca_key=ca_key, usage=usage, sans=sans or None
         )
-    )
+        _write_key(pki_dir / f"{name}.key", key)
+        _write_cert(crt, cert)
+    if not (pki_dir / "sa.key").exists():
+        sa_key = _key()
+        _write_key(pki_dir / "sa.key", sa_key)
+        (pki_dir / "sa.pub").write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )

@@ -22,10 +22,25 @@ def test_pki_issues_certificates_signed_by_the_ca(tmp_path: Path) -> None:
     admin.verify_directly_issued_by(ca)
     sans = serving.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
     assert "kubernetes.default.svc" in sans.get_values_for_type(x509.DNSName)
-    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "10.0.0.1"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == [
+        "127.0.0.1",
+        "10.0.0.1",
+        pki.BRIDGE_IP,  # pods reach the apiserver on the real node's bridge
+    ]
     orgs = admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
     assert [o.value for o in orgs] == ["system:masters"]
     assert oct((tmp_path / "ca.key").stat().st_mode & 0o777) == "0o600"
+    node = x509.load_pem_x509_certificate((tmp_path / "node.crt").read_bytes())
+    node.verify_directly_issued_by(ca)
+    assert node.subject.rfc4514_string() == f"O=system:nodes,CN=system:node:{pki.NODE_NAME}"
+    front = x509.load_pem_x509_certificate((tmp_path / "front-proxy-ca.crt").read_bytes())
+    x509.load_pem_x509_certificate(
+        (tmp_path / "front-proxy-client.crt").read_bytes()
+    ).verify_directly_issued_by(front)
+    # a second run keeps what exists (an older state directory only gains what is missing)
+    before = (tmp_path / "ca.crt").read_bytes()
+    pki.generate(tmp_path)
+    assert (tmp_path / "ca.crt").read_bytes() == before
 
 
 def test_process_identity_needs_pid_start_time_and_binary() -> None:

@@ -147,7 +147,9 @@ def render_job(svc: Service, settings: OperatorSettings, rev: str) -> dict[str, 
         "command": ["python", "-m", "vllm_benchjob"],
         "args": ["--configmap", name, "--revision", rev, "--", *runner_args(svc, settings)],
         "env": env,
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        # one asyncio process: it never uses more than a core, and mostly waits on the server;
+        # half a core leaves room beside a CPU-served model on a small node
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

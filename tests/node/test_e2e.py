@@ -1,0 +1,166 @@
+"""End to end on the real node, nothing simulated: the operator runs in-cluster from its image,
+a VLLMService serves the tiny model on CPU from a PersistentVolumeClaim bound to a local volume,
+the vLLM pod passes its probes, its Service answers completions and /metrics, the rollout's
+benchmark Job runs the benchmark image and its numbers reach the status; then a spec change
+rolls the pod on a node too small for a surge pod and the new revision is benchmarked."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import SAMPLES, wait_for
+from vllm_localenv import model_volume
+from vllm_localenv.cluster import REPO_ROOT, LocalCluster
+from vllm_localenv.node import NODE_NAME
+from vllm_localenv.operator_process import OPERATOR_NAMESPACE, install
+
+pytestmark = pytest.mark.node
+
+SERVICE = "tiny-cpu"
+
+
+def _json(lc: LocalCluster, *args: str) -> Any:
+    return json.loads(lc.kubectl(*args, "-o", "json"))
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+@pytest.fixture(scope="module")
+def operator_in_cluster(real_cluster: LocalCluster) -> LocalCluster:
+    install(real_cluster)
+    real_cluster.kubectl("apply", "-k", str(REPO_ROOT / "deploy" / "local"))
+    real_cluster.kubectl(
+        "rollout", "status", "deployment/vllm-operator", "-n", OPERATOR_NAMESPACE, "--timeout=180s"
+    )
+    return real_cluster
+
+
+@pytest.fixture
+def model_namespace(operator_in_cluster: LocalCluster) -> Iterator[str]:
+    """A namespace with the PVC `tiny-model` bound to a local volume holding the tiny model."""
+    lc = operator_in_cluster
+    ns = f"e2e-{uuid.uuid4().hex[:8]}"
+    lc.kubectl("create", "namespace", ns)
+    model_volume.create(lc, ns)
+    yield ns
+    lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    model_volume.delete(lc, ns)
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return dict(json.load(r))
+
+
+def _wait_benchmarked(
+    lc: LocalCluster, ns: str, revision: str | None, timeout: float
+) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        svc = _json(lc, "get", "vllmservice", SERVICE, "-n", ns)
+        bench = svc.get("status", {}).get("benchmark", {})
+        if bench.get("state") == "Failed":
+            raise AssertionError(f"benchmark {bench.get('state')}: {json.dumps(bench)[:2000]}")
+        if bench.get("state") == "Complete" and (
+            revision is None or bench.get("revision") != revision
+        ):
+            return dict(svc)
+        return None
+
+    return dict(wait_for("the rollout's benchmark in the status", done, timeout=timeout, every=3))
+
+
+def test_a_cpu_service_serves_and_is_benchmarked_for_real(
+    operator_in_cluster: LocalCluster, model_namespace: str
+) -> None:
+    lc, ns = operator_in_cluster, model_namespace
+    lc.kubectl("apply", "-n", ns, "-f", str(SAMPLES / "tiny-cpu.yaml"))
+    lc.kubectl(
+        "wait", "-n", ns, f"vllmservice/{SERVICE}", "--for=condition=Ready", "--timeout=420s"
+    )
+
+    pods = _json(
+        lc,
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        f"serving.vllm-operator.dev/service={SERVICE},app.kubernetes.io/component=server",
+    )["items"]
+    assert pods, "no vLLM pod"
+    pod = pods[0]
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    status = pod["status"]["containerStatuses"][0]
+    assert status["ready"], status
+    assert status["started"], status
+    assert "nvidia.com/gpu" not in json.dumps(pod["spec"]["containers"][0]["resources"])
+    # the probes the operator rendered were passed by the real server
+    probes = pod["spec"]["containers"][0]
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= probes.keys()
+    # kubectl logs and exec reach the kubelet
+    assert "Application startup complete" in lc.kubectl("logs", "-n", ns, pod["metadata"]["name"])
+    assert (
+        lc.kubectl(
+            "exec", "-n", ns, pod["metadata"]["name"], "--", "python3", "-c", "print(6*7)"
+        ).strip()
+        == "42"
+    )
+
+    service = _json(lc, "get", "service", SERVICE, "-n", ns)
+    base = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+    out = _post(f"{base}/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 8})
+    assert out["usage"]["completion_tokens"] == 8
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+        assert "vllm:num_requests_waiting" in r.read().decode()
+
+    first = _wait_benchmarked(lc, ns, None, timeout=900)
+    bench = first["status"]["benchmark"]
+    assert bench["outputTokensPerSecond"] > 0, bench
+    assert bench["kvCacheTokens"] > 0, bench
+    job = _json(lc, "get", "job", bench["job"], "-n", ns)
+    assert job["status"].get("succeeded") == 1, job["status"]
+    job_pods = _json(lc, "get", "pods", "-n", ns, "-l", f"job-name={bench['job']}")["items"]
+    assert job_pods
+    assert job_pods[0]["spec"]["nodeName"] == NODE_NAME
+    assert job_pods[0]["spec"]["containers"][0]["image"] == "localhost/vllm-bench:dev"
+
+    # a spec change rolls the pod for real; two vLLM pods do not fit on the node at once, so
+    # only maxSurge 0 lets this rollout finish
+    node = _json(lc, "get", "node", NODE_NAME)
+    alloc_cpu = float(node["status"]["allocatable"]["cpu"])
+    assert 2 * float(pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]) + 0.1 > alloc_cpu
+    lc.kubectl(
+        "patch",
+        "vllmservice",
+        SERVICE,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"engine": {"maxNumSeqs": 8}}}),
+    )
+    second = _wait_benchmarked(lc, ns, bench["revision"], timeout=1200)
+    new_pods = _json(
+        lc,
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        f"serving.vllm-operator.dev/service={SERVICE},app.kubernetes.io/component=server",
+    )["items"]
+    assert [p["metadata"]["name"] for p in new_pods] != [pod["metadata"]["name"]]
+    assert "--max-num-seqs" in new_pods[0]["spec"]["containers"][0]["args"]
+    assert second["status"]["benchmark"]["outputTokensPerSecond"] > 0
+    assert _condition(second, "Ready").get("status") == "True"
