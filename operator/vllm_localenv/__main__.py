@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vllm_localenv import benchjob, model_volume
-from vllm_localenv.cluster import DEFAULT_STATE_DIR, REPO_ROOT, ClusterError, LocalCluster, Ports
+from vllm_localenv.cluster import DEFAULT_STATE_DIR, ClusterError, LocalCluster, Ports
 from vllm_localenv.node import NodeError
-from vllm_localenv.operator_process import OPERATOR_NAMESPACE, OperatorProcess, install
+from vllm_localenv.operator_process import OperatorProcess, deploy_operator, install
 from vllm_localenv.vllm_server import VllmServer, tiny_model
 
 
@@ -82,11 +82,7 @@ def _operator(cluster: LocalCluster, _: argparse.Namespace) -> int:
 
 
 def _deploy_operator(cluster: LocalCluster, _: argparse.Namespace) -> int:
-    install(cluster)
-    cluster.kubectl("apply", "-k", str(REPO_ROOT / "deploy" / "local"))
-    cluster.kubectl(
-        "rollout", "status", "deployment/vllm-operator", "-n", OPERATOR_NAMESPACE, "--timeout=300s"
-    )
+    deploy_operator(cluster)
     print("operator running in-cluster (deploy/local: image localhost/vllm-operator:dev)")
     return 0
 

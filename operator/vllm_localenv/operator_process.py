@@ -37,6 +37,27 @@ def install(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(RBAC_FILE))
 
 
+LOCAL_OVERLAY = REPO_ROOT / "deploy" / "local"
+
+
+def deploy_operator(cluster: LocalCluster, timeout_seconds: int = 300) -> None:
+    """The operator in-cluster from its image (deploy/local over deploy/operator.yaml: the
+    images built here, never pulled), after the CRDs and RBAC; waits for its rollout."""
+    install(cluster)
+    manifest = cluster.kubectl(
+        "kustomize", "--load-restrictor=LoadRestrictionsNone", str(LOCAL_OVERLAY)
+    )
+    cluster.kubectl("apply", "-f", "-", stdin=manifest)
+    cluster.kubectl(
+        "rollout",
+        "status",
+        "deployment/vllm-operator",
+        "-n",
+        OPERATOR_NAMESPACE,
+        f"--timeout={timeout_seconds}s",
+    )
+
+
 @dataclass
 class OperatorProcess:
     """The operator (`python -m vllm_operator`) as a child process."""

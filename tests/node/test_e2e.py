@@ -16,9 +16,9 @@ import pytest
 
 from tests.support import SAMPLES, wait_for
 from vllm_localenv import model_volume
-from vllm_localenv.cluster import REPO_ROOT, LocalCluster
+from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.node import NODE_NAME
-from vllm_localenv.operator_process import OPERATOR_NAMESPACE, install
+from vllm_localenv.operator_process import deploy_operator
 
 pytestmark = pytest.mark.node
 
@@ -35,11 +35,7 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def operator_in_cluster(real_cluster: LocalCluster) -> LocalCluster:
-    install(real_cluster)
-    real_cluster.kubectl("apply", "-k", str(REPO_ROOT / "deploy" / "local"))
-    real_cluster.kubectl(
-        "rollout", "status", "deployment/vllm-operator", "-n", OPERATOR_NAMESPACE, "--timeout=180s"
-    )
+    deploy_operator(real_cluster)
     return real_cluster
 
 
