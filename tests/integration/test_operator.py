@@ -27,7 +27,16 @@ def wait_ready(
     return dict(wait_for(f"{name} Ready", lambda: ready(cluster, namespace, name), timeout))
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in SAMPLES.glob("*.yaml")))
+# the simulated cluster's nodes are GPU nodes; the CPU sample has its own test below (and runs
+# for real on the real node: tests/node)
+GPU_SAMPLES = sorted(
+    p.stem
+    for p in SAMPLES.glob("*.yaml")
+    if sample(p.stem)["spec"].get("resources", {}).get("gpus", 1) > 0
+)
+
+
+@pytest.mark.parametrize("name", GPU_SAMPLES)
 def test_every_sample_becomes_ready_with_its_children(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str, name: str
 ) -> None:
@@ -55,6 +64,48 @@ def test_every_sample_becomes_ready_with_its_children(
     status = svc["status"]
     assert status["endpoint"] == f"http://{name}.{namespace}.svc.cluster.local:{spec['port']}/v1"
     assert status["readyReplicas"] == status["replicas"] == len(pods)
+
+
+def test_cpu_sample_renders_a_pod_without_gpus(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    manifest = sample("tiny-cpu")
+    # the simulated nodes run any pod that tolerates their taint; the claim of the sample does
+    # not exist here, so the model comes from the image instead
+    manifest["spec"]["model"] = {"path": "/opt/model", "servedModelName": "tiny"}
+    kwok = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+    manifest["spec"]["tolerations"] = [kwok]
+    apply(cluster, namespace, manifest)
+    wait_ready(cluster, namespace, "tiny-cpu")
+    dep = get(cluster, namespace, "deployment", "tiny-cpu")
+    assert dep is not None
+    c = container(dep)
+    assert c["resources"] == {
+        "requests": {"cpu": "1", "memory": "5Gi"},
+        "limits": {"cpu": "1", "memory": "5Gi"},
+    }
+    assert "vllm-cpu" in c["image"]  # the operator's CPU image setting
+    pairs = dict(itertools.pairwise(c["args"]))
+    assert "--gpu-memory-utilization" not in c["args"]
+    assert pairs["--kv-cache-memory-bytes"] == str(2**30)
+    assert pairs["--block-size"] == "32"
+    host_ip = {"apiVersion": "v1", "fieldPath": "status.podIP"}
+    assert {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": host_ip}} in c["env"]
+    pod_spec = dep["spec"]["template"]["spec"]
+    assert pod_spec["tolerations"] == [kwok]  # no GPU toleration added
+    assert "nodeSelector" not in pod_spec
+    # what the operator renders is what the API server keeps (the fieldRef's defaulted
+    # apiVersion, the limits): a resync writes nothing
+    time.sleep(operator.resync_seconds + 2)
+    since = time.time()
+    time.sleep(operator.resync_seconds * 2 + 1)
+    writes = [
+        (e["verb"], e["objectRef"])
+        for e in _requests_by(cluster.audit_log, operator.username, since)
+        if e["objectRef"].get("namespace") == namespace
+        and e["verb"] in ("create", "update", "patch", "delete")
+    ]
+    assert writes == []
 
 
 def test_tinyllama_reference_children(

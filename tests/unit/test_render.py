@@ -887,7 +887,10 @@ def test_tiny_cpu_container_exactly() -> None:
         "--enforce-eager",
     ]
     assert c["env"] == [
-        {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        {
+            "name": "VLLM_HOST_IP",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+        }
     ]
     # Guaranteed QoS, no GPU
     assert c["resources"] == {

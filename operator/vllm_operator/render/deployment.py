@@ -86,7 +86,11 @@ def _env(spec: VLLMServiceSpec) -> list[dict[str, Any]]:
         # route towards 8.8.8.8 (vllm/utils/network_utils.py get_ip), or falls back to 0.0.0.0
         # on a pod network without a default route. The pod's own IP needs no guess.
         env.append(
-            {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+            {
+                "name": "VLLM_HOST_IP",
+                # apiVersion as the API server defaults it, so live and desired compare equal
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+            }
         )
     for var in spec.env:
         item: dict[str, Any] = {"name": var.name}
