@@ -60,6 +60,8 @@ def prometheus_config(
         vllm = configs[0]
         del vllm["kubernetes_sd_configs"], vllm["relabel_configs"]
         vllm["file_sd_configs"] = [{"files": [str(pod_targets_file)], "refresh_interval": "5s"}]
+        if operator_targets is None:  # no discovery to find the operator's pods with
+            configs = [vllm]
     doc: dict[str, Any] = {
         "global": {
             "scrape_interval": scrape_interval,

@@ -220,6 +220,9 @@ def test_local_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     doc = yaml.safe_load(cfg.read_text())
     assert doc["scrape_configs"][0]["file_sd_configs"][0]["files"] == [str(targets)]
     assert doc["scrape_configs"][1]["honor_labels"] is True
+    # without fixed operator targets, file_sd alone: only the vLLM job
+    alone = prometheus_config(kubeconfig, [rules_file()], pod_targets_file=targets)
+    assert "kubernetes_sd_configs" not in alone
     # the Kubernetes-discovery form (a Prometheus built with it, or the one in a cluster)
     doc = yaml.safe_load(prometheus_config(kubeconfig, [rules_file()]))
     assert doc["scrape_configs"][0]["kubernetes_sd_configs"] == [

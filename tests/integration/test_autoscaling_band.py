@@ -1,0 +1,249 @@
+"""The autoscaling band, live: a real HPA controller (kube-controller-manager, 5 s sync) acting
+on `vllm_operator:queue_depth_band` served by prometheus-adapter v0.12.0 through the API
+server's aggregation layer, recorded by Debian's Prometheus from the shipped rules file.
+
+The Deployment and HPA are the operator's renderings of the TinyLlama sample (target 20,
+scale down at <= 2, scale-down window shortened to 30 s). Its pods are kwok's (simulated), so a
+host exporter stands in for vLLM's /metrics: a total queue Q spread evenly over the running
+pods, as a load balancer would. Prometheus finds the pods through a file_sd file written from
+the API's pod list (Debian's Prometheus has no Kubernetes discovery).
+
+It runs its own small cluster (free ports, own state directory): registering
+custom.metrics.k8s.io must not change what the shared test cluster's other tests see.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from tests.unit.builders import service
+from vllm_localenv.cluster import DEFAULT_BIN_DIR, LocalCluster, Ports
+from vllm_localenv.monitoring import (
+    adapter_args,
+    adapter_registration,
+    prometheus_config,
+    rules_file,
+)
+from vllm_operator.render.autoscaling import render_hpa
+from vllm_operator.render.deployment import render_deployment
+from vllm_operator.settings import OperatorSettings
+
+pytestmark = pytest.mark.cluster
+
+NS, NAME = "band", "llama"
+WINDOW = 30  # scaleDownStabilizationSeconds, shortened from 300 for the test
+
+
+@dataclass
+class Load:
+    total: float = 0.0  # the service's total queue, spread over the running pods
+    pods: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Rig:
+    cluster: LocalCluster
+    load: Load
+    auto: client.AutoscalingV2Api
+
+
+def _handler(load: Load) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            per_pod = load.total / max(1, len(load.pods))
+            body = f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {per_pod}\n'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    prometheus = shutil.which("prometheus")
+    adapter = DEFAULT_BIN_DIR / "prometheus-adapter"
+    if prometheus is None or not adapter.exists():
+        pytest.fail("prometheus or prometheus-adapter missing: run `make monitoring`")
+    tmp = tmp_path_factory.mktemp("band")
+    lc = LocalCluster(state_dir=tmp / "cluster", ports=Ports.free())
+    procs: list[subprocess.Popen[bytes]] = []
+    stop = threading.Event()
+    load = Load()
+    exporter = ThreadingHTTPServer(("127.0.0.1", 0), _handler(load))
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    with lc.session():
+        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
+        core = client.CoreV1Api(api)
+        targets = tmp / "pods.json"
+        targets.write_text("[]")
+        address = f"127.0.0.1:{exporter.server_address[1]}"
+
+        def refresh() -> None:  # what Kubernetes discovery would do, every second
+            while not stop.is_set():
+                with_label = f"app.kubernetes.io/instance={NAME}"
+                pods = core.list_namespaced_pod(NS, label_selector=with_label).items
+                load.pods = sorted(
+                    p.metadata.name
+                    for p in pods
+                    if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+                )
+                groups = [
+                    {
+                        "targets": [address],
+                        "labels": {
+                            "__metrics_path__": f"/pods/{pod}",
+                            "namespace": NS,
+                            "pod": pod,
+                            "service": NAME,
+                        },
+                    }
+                    for pod in load.pods
+                ]
+                (tmp / "pods.tmp").write_text(json.dumps(groups))
+                (tmp / "pods.tmp").replace(targets)
+                stop.wait(1)
+
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+        threading.Thread(target=refresh, daemon=True).start()
+        free = Ports.free()
+        cfg = tmp / "prometheus.yml"
+        cfg.write_text(
+            prometheus_config(
+                lc.kubeconfig,
+                [rules_file()],
+                pod_targets_file=targets,
+                scrape_interval="1s",
+                evaluation_interval="1s",
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    prometheus,
+                    f"--config.file={cfg}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{free.etcd_client}",
+                ],
+                stdout=(tmp / "prometheus.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                adapter_args(
+                    str(adapter),
+                    lc.kubeconfig,
+                    prometheus_url=f"http://127.0.0.1:{free.etcd_client}",
+                    secure_port=free.etcd_peer,
+                    cert_dir=tmp / "adapter-certs",
+                    relist_interval="2s",
+                ),
+                stdout=(tmp / "adapter.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+        )
+        try:
+            lc.kubectl(
+                "apply", "-f", "-", stdin=yaml.safe_dump_all(adapter_registration(free.etcd_peer))
+            )
+            svc = service(
+                "tinyllama", {"autoscaling": {"scaleDownStabilizationSeconds": WINDOW}}
+            ).model_copy(update={"name": NAME, "namespace": NS})
+            settings = OperatorSettings()
+            manifests = [render_deployment(svc, settings), render_hpa(svc, settings)]
+            for m in manifests:
+                assert m is not None
+                m["metadata"].pop("ownerReferences")  # no VLLMService object here
+            lc.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
+            yield Rig(lc, load, client.AutoscalingV2Api(api))
+        finally:
+            stop.set()
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
+            exporter.shutdown()
+
+
+@dataclass(frozen=True)
+class HpaView:
+    current: int
+    desired: int
+    scaling_active: str
+    metric: str
+
+
+def hpa(rig: Rig) -> HpaView:
+    h = rig.auto.read_namespaced_horizontal_pod_autoscaler(NAME, NS)
+    conds = {c.type: c for c in h.status.conditions or []}
+    active = conds.get("ScalingActive")
+    metric = next(
+        (m.pods.current.average_value for m in h.status.current_metrics or [] if m.pods), ""
+    )
+    return HpaView(
+        h.status.current_replicas or 0,
+        h.status.desired_replicas or 0,
+        f"{active.status}/{active.reason}" if active else "",
+        str(metric),
+    )
+
+
+def wait(rig: Rig, what: str, ok: Any, timeout: float) -> tuple[float, HpaView]:
+    t0 = time.monotonic()
+    view = hpa(rig)
+    while time.monotonic() - t0 < timeout:
+        view = hpa(rig)
+        if ok(view):
+            return time.monotonic() - t0, view
+        time.sleep(0.5)
+    pytest.fail(f"{what} within {timeout}s; last HPA state {view}")
+
+
+def test_band_scales_up_above_holds_inside_and_scales_down_after_the_window(rig: Rig) -> None:
+    # no queue: band 0, the HPA sits at minReplicas with a valid metric
+    rig.load.total = 0
+    _, view = wait(
+        rig,
+        "ScalingActive=True at 2 replicas",
+        lambda v: v.scaling_active == "True/ValidMetricFound" and v.current == 2,
+        timeout=120,
+    )
+    # 100 queued over 2 pods (50 each, above 20): scale up to ceil(2 x 50 / 20) = 5
+    rig.load.total = 100
+    up, view = wait(rig, "a scale-up decision", lambda v: v.desired > 2, timeout=60)
+    assert view.desired == 5, view
+    print(f"\nsustained queue -> scale-up decision: {up:.1f} s (HPA sync 5 s)")
+    _, view = wait(rig, "5 pods at the target", lambda v: v.current == 5 and v.metric == "20", 60)
+    # 60 queued over 5 pods (12 each, inside (2, 20]): the band metric stays at the target, so
+    # the HPA holds (on the raw queue it would go to ceil(5 x 12 / 20) = 3)
+    rig.load.total = 60
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < WINDOW + 15:
+        view = hpa(rig)
+        assert (view.current, view.desired) == (5, 5), view
+        time.sleep(1)
+    assert view.metric == "20", view
+    # 5 queued (1 per pod, at or below 2): down only once the whole window saw it
+    rig.load.total = 5
+    down, view = wait(rig, "a scale-down decision", lambda v: v.desired < v.current, timeout=120)
+    assert view.desired == 4, view  # one pod a minute (the rendered scale-down policy)
+    assert down >= WINDOW - 2, f"scaled down after {down:.1f} s, before the {WINDOW} s window"
+    print(f"queue at/below 2 -> scale-down decision: {down:.1f} s (window {WINDOW} s)")
