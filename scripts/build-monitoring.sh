@@ -50,6 +50,28 @@ else
   echo "prometheus-adapter v$PROMETHEUS_ADAPTER_VERSION present, skipping"
 fi
 
+# ---------- optional: Prometheus 3 with Kubernetes discovery ----------
+# Debian's prometheus 2.42 is built without Kubernetes service discovery (the local cluster
+# feeds it a file_sd file instead). VLLM_OPERATOR_BUILD_PROMETHEUS=1 builds upstream Prometheus
+# from the Go module proxy (module v0.3MM.P = Prometheus 3.MM.P) into $BIN/prometheus, with
+# kubernetes_sd_configs, for a pipeline that discovers pods exactly as in a real cluster.
+# Measured: 24 min wall / 12 min CPU cold on 2 busy cores, 105 MB; not part of `make setup`.
+PROMETHEUS_MODULE_VERSION="${PROMETHEUS_MODULE_VERSION:-0.316.0}"
+if [ "${VLLM_OPERATOR_BUILD_PROMETHEUS:-0}" = 1 ]; then
+  if ! have prometheus "v$PROMETHEUS_MODULE_VERSION"; then
+    MODULE_UNDER_BUILD="github.com/prometheus/prometheus@v$PROMETHEUS_MODULE_VERSION"
+    minor=$(echo "$PROMETHEUS_MODULE_VERSION" | cut -d. -f2); patch=$(echo "$PROMETHEUS_MODULE_VERSION" | cut -d. -f3)
+    pver="3.$((10#${minor:1})).$patch"
+    timed "prometheus $pver" "$LOGS/prometheus.log" \
+      env GOBIN="$BIN" go install -trimpath \
+        -ldflags "-s -w -X github.com/prometheus/common/version.Version=$pver" \
+        "github.com/prometheus/prometheus/cmd/prometheus@v$PROMETHEUS_MODULE_VERSION"
+    stamp prometheus "v$PROMETHEUS_MODULE_VERSION"
+  else
+    echo "prometheus (module v$PROMETHEUS_MODULE_VERSION) present, skipping"
+  fi
+fi
+
 # ---------- Prometheus and promtool (Debian's prometheus 2.42) ----------
 # The rule tests (tests/unit/test_monitoring_rules.py) need promtool; the local cluster runs
 # this Prometheus. Installed only where missing; Debian does not start it in a container.
