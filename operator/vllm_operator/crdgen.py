@@ -21,7 +21,13 @@ import yaml
 from pydantic import BaseModel
 
 from vllm_operator import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from vllm_operator.spec import MAX_NAME_LENGTH, VLLMServiceSpec, VLLMServiceStatus, cel
+from vllm_operator.spec import (
+    DNS_LABEL,
+    MAX_NAME_LENGTH,
+    VLLMServiceSpec,
+    VLLMServiceStatus,
+    cel,
+)
 
 Schema = dict[str, Any]
 _KEEP = {
@@ -142,6 +148,11 @@ def crd() -> dict[str, Any]:
                 f"metadata.name must be at most {MAX_NAME_LENGTH} characters so that every "
                 "child name fits in 63",
             ),
+            cel(
+                f"self.metadata.name.matches('{DNS_LABEL}')",
+                "metadata.name must be a DNS label (lower-case letters, digits and '-', "
+                "starting with a letter; no dots): the Service and the other children take it",
+            ),
         ],
     }
     return {
@@ -157,7 +168,8 @@ def crd() -> dict[str, Any]:
                 "singular": SINGULAR,
                 "shortNames": list(SHORT_NAMES),
                 "listKind": f"{KIND}List",
-                "categories": ["all", "vllm"],
+                # not "all": `kubectl delete all --all` must not delete the services
+                "categories": ["vllm"],
             },
             "versions": [
                 {

@@ -51,7 +51,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.client_timeout = ours.watch_timeout_seconds + 10
     # many services roll out at once after an upgrade: do not serialise them on few workers
     settings.execution.max_workers = 16
-    settings.posting.level = logging.INFO
+    # the service's events are the operator's own (reconcile derives them from condition
+    # transitions, each posted once); kopf's log lines as events would repeat every retry
+    settings.posting.level = logging.CRITICAL
     metrics.serve(ours.metrics_port)
 
 

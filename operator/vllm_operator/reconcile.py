@@ -55,7 +55,9 @@ def describe(error: ValidationError) -> str:
     parts = []
     for err in error.errors():
         loc = ".".join(str(p) for p in err["loc"])  # list indices stay: spec.env.0.valueFrom
-        parts.append(f"spec.{loc}: {err['msg']}" if loc else err["msg"])
+        # Service.from_body checks the name too (the CRD does; an older CRD may not have)
+        where = "metadata.name" if err["loc"] == ("name",) else f"spec.{loc}"
+        parts.append(f"{where}: {err['msg']}" if loc else err["msg"])
     return "; ".join(parts)
 
 

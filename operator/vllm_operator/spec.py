@@ -48,12 +48,42 @@ OWNED_ARGS: tuple[str, ...] = (
     "-sc",
 )
 _OWNED_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_ARGS) + "]"
+# Long flags extraArgs may neither name nor abbreviate (argparse reads a unique prefix of a
+# long flag as that flag): the owned ones, their --no- negations (vLLM's boolean flags are
+# argparse BooleanOptionalActions), --config (a YAML file of arguments, which could set any
+# of them) and --uds (serve on a socket, not on the port the probes and the Service use).
+DENIED_LONG_ARGS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [a for a in OWNED_ARGS if a.startswith("--")]
+        + [f"--no-{a[2:]}" for a in OWNED_ARGS if a.startswith("--") and a[:5] != "--no-"]
+        + ["--config", "--uds"]
+    )
+)
+_DENIED_CEL = "[" + ", ".join(f"'{o}'" for o in DENIED_LONG_ARGS) + "]"
+# a value that starts with a dash, which argparse reads as a value, not an option
+NEGATIVE_NUMBER = r"^-([0-9]+|[0-9]*[.][0-9]+)$"
+# Environment variables the Deployment renderer sets itself (render/deployment.py _env; a
+# unit test checks this list against what it renders): a user entry with one of these names
+# would duplicate it, which server-side apply refuses ("duplicate entries for key").
+RESERVED_ENV: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HOST_IP")
+# metadata.name: the children (a Service above all) need an RFC 1035 label: no dots
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# an extended resource name: a DNS subdomain prefix, a slash, a name (no spaces)
+RESOURCE_NAME_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 VALUE_FROM_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef")
 MODEL_PVC_MOUNT = "/models"
 MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay within 63
 # "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
-QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+# The API server's own quantity syntax (resource.Quantity), without a sign: no child takes a
+# negative size, and "1.2.3" or "-8Gi" would pass the schema only to fail on the Deployment.
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 
 # vLLM's CPU attention takes KV-cache blocks of a multiple of 32 tokens only
 # (vllm/v1/attention/backends/cpu_attn.py: MultipleOf(32)); 8 and 16 fail at start-up
@@ -266,13 +296,22 @@ class EngineSpec(_Model):
             "x-kubernetes-validations": [
                 cel(
                     # the same reading as owned_flag()
-                    "self.all(a, [a.split('=')[0].split('.')[0].replace('_', '-')].all(f, "
-                    f"!(f in {_OWNED_CEL}) && !(f.startsWith('--') && f.size() > 2 && "
-                    f"{_OWNED_CEL}.exists(o, o.startsWith(f)))))",
+                    "self.all(a, !a.startsWith('-') || a.startsWith('--') || "
+                    f"a.matches('{NEGATIVE_NUMBER}'))",
+                    "extraArgs must not use short options (-q, -qfp8, -O3): vLLM reads "
+                    "attached values and abbreviations of them; use the long form "
+                    "(--quantization=fp8)",
+                ),
+                cel(
+                    # the same reading as owned_flag()
+                    "self.all(a, !a.startsWith('--') || "
+                    "[a.split('=')[0].split('.')[0].replace('_', '-')].all(k, "
+                    f"!{_DENIED_CEL}.exists(d, d.startsWith(k))))",
                     "extraArgs must not set arguments the operator owns ("
                     + ", ".join(OWNED_ARGS)
-                    + "); use the dedicated spec fields",
-                )
+                    + "), a prefix of one, a --no- form or a dotted key of one, --config or "
+                    "--uds; use the dedicated spec fields",
+                ),
             ]
         },
     )
@@ -281,6 +320,11 @@ class EngineSpec(_Model):
     def _no_owned_args(self) -> EngineSpec:
         for arg in self.extra_args:
             flag = owned_flag(arg)
+            if flag is not None and not flag.startswith("--"):
+                raise ValueError(
+                    f"engine.extraArgs: {arg}: short options are refused (vLLM reads attached "
+                    "values and abbreviations of them); use the long form"
+                )
             if flag is not None:
                 raise ValueError(
                     f"engine.extraArgs: {flag} is set by the operator; use the spec field for it"
@@ -307,13 +351,17 @@ def owned_flag(arg: str) -> str | None:
     of a long flag as that flag (--max-model 100 sets --max-model-len). A prefix of an owned
     flag is refused even when it is ambiguous: vLLM would refuse it too. tests/vllm checks
     against the pinned vLLM's parser that no flag of its own is such a prefix.
+
+    Every short option is refused (returned as it is): argparse reads `-qfp8` as `-q fp8`
+    and a prefix of a single-dash option too, and every vLLM short option has a long form.
+    A value starting with a dash (a negative number) is not an option.
     """
-    flag = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-    if flag in OWNED_ARGS:
-        return flag
-    if flag.startswith("--") and len(flag) > 2:
-        return next((owned for owned in OWNED_ARGS if owned.startswith(flag)), None)
-    return None
+    if arg.startswith("-") and not arg.startswith("--"):
+        return None if re.match(NEGATIVE_NUMBER, arg) else arg
+    if not arg.startswith("--"):
+        return None
+    key = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    return next((denied for denied in DENIED_LONG_ARGS if denied.startswith(key)), None)
 
 
 class ResourceSpec(_Model):
@@ -345,7 +393,10 @@ class ResourceSpec(_Model):
         "engine.kvCacheMemory.",
     )
     gpu_resource_name: str = Field(
-        default="nvidia.com/gpu", max_length=253, description="Extended resource for GPUs."
+        default="nvidia.com/gpu",
+        max_length=253,
+        pattern=RESOURCE_NAME_PATTERN,
+        description="Extended resource for GPUs (domain/name, e.g. nvidia.com/gpu).",
     )
     gpu_product: str | None = Field(
         default=None,
@@ -709,6 +760,12 @@ class VLLMServiceSpec(_Model):
                     "modelCache.claimName is required when modelCache.type is PVC",
                     ".modelCache",
                 ),
+                cel(
+                    "self.drainSeconds <= self.terminationGracePeriodSeconds",
+                    "drainSeconds (the preStop pause) must not exceed "
+                    "terminationGracePeriodSeconds",
+                    ".drainSeconds",
+                ),
             ]
         }
     )
@@ -738,7 +795,22 @@ class VLLMServiceSpec(_Model):
     engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine arguments.")
     resources: ResourceSpec = Field(default_factory=ResourceSpec, description="Resources.")
     env: list[EnvVar] = Field(
-        default_factory=list, max_length=128, description="Extra environment variables."
+        default_factory=list,
+        max_length=128,
+        description="Extra environment variables, one per name. Names the operator sets are "
+        f"refused: {', '.join(RESERVED_ENV)} (use the spec fields).",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "x-kubernetes-validations": [
+                cel(
+                    "self.all(e, !(e.name in [" + ", ".join(f"'{n}'" for n in RESERVED_ENV) + "]))",
+                    "env must not set variables the operator sets ("
+                    + ", ".join(RESERVED_ENV)
+                    + "); use modelCache, huggingFaceToken and apiKey",
+                )
+            ],
+        },
     )
     hugging_face_token: SecretKeyRef | None = Field(
         default=None, description="Secret holding a Hugging Face token (HF_TOKEN)."
@@ -810,7 +882,7 @@ class VLLMServiceSpec(_Model):
             if (
                 kv is not None
                 and memory is not None
-                and parse_quantity(kv) >= parse_quantity(memory)
+                and (parse_quantity(kv) >= parse_quantity(memory))
             ):
                 raise ValueError(
                     "engine.kvCacheMemory must be less than resources.memory on CPU "
@@ -820,6 +892,21 @@ class VLLMServiceSpec(_Model):
             raise ValueError("autoscaling.minReplicas must be <= autoscaling.maxReplicas")
         if self.model_cache.type == "PVC" and not self.model_cache.claim_name:
             raise ValueError("modelCache.claimName is required when modelCache.type is PVC")
+        if self.drain_seconds > self.termination_grace_period_seconds:
+            raise ValueError(
+                "drainSeconds (the preStop pause) must not exceed terminationGracePeriodSeconds"
+            )
+        names = [e.name for e in self.env]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                f"env: duplicate names {sorted({n for n in names if names.count(n) > 1})}"
+            )
+        reserved = sorted(set(names) & set(RESERVED_ENV))
+        if reserved:
+            raise ValueError(
+                f"env must not set variables the operator sets ({', '.join(reserved)}); use "
+                "modelCache, huggingFaceToken and apiKey"
+            )
         return self
 
     @property
@@ -848,7 +935,8 @@ class Service(_Model):
     """A parsed VLLMService: the parts of the object the operator works with."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-    name: str
+    # the CRD checks the same (a CEL rule on metadata.name): every child name derives from it
+    name: str = Field(max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL)
     namespace: str
     uid: str
     generation: int

@@ -93,6 +93,8 @@ def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any
 TOO_LONG_NAME = "a" * 43
 SINGLE_SOURCE = "set exactly one of model.id (Hugging Face id), model.path or model.pvc"
 OWNED_ARG = "extraArgs must not set arguments the operator owns"
+SHORT_OPTION = "extraArgs must not use short options"
+NOT_A_LABEL = "metadata.name must be a DNS label"
 
 CPU = {"gpus": 0, "cpu": "1", "memory": "4Gi"}
 
@@ -182,7 +184,7 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
     (
         "extra-args-short-form",
         _set("spec.engine.extraArgs", ["-tp", "2"]),
-        ("spec.engine.extraArgs", OWNED_ARG),
+        ("spec.engine.extraArgs", SHORT_OPTION),
     ),
     (
         "name-too-long",
@@ -224,6 +226,63 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
         _set("spec.image", ""),
         ("spec.image", "should be at least 1 chars long"),
     ),
+    # names and values that pass a loose schema but that the children refuse
+    ("name-with-a-dot", _set("metadata.name", "qwen2.5-7b"), (NOT_A_LABEL,)),
+    ("name-upper-case", _set("metadata.name", "Qwen"), (NOT_A_LABEL,)),
+    (
+        "memory-negative",
+        _set("spec.resources.memory", "-8Gi"),
+        ("spec.resources.memory", "should match"),
+    ),
+    ("cpu-1.2.3", _set("spec.resources.cpu", "1.2.3"), ("spec.resources.cpu", "should match")),
+    (
+        "resource-name-with-a-space",
+        _set("spec.resources.gpuResourceName", "nvidia com/gpu"),
+        ("spec.resources.gpuResourceName", "should match"),
+    ),
+    (
+        "metric-name-empty",
+        _set("spec.autoscaling.metricName", ""),
+        ("spec.autoscaling.metricName",),
+    ),
+    (
+        "drain-longer-than-grace",
+        _both(_set("spec.drainSeconds", 130), _set("spec.terminationGracePeriodSeconds", 120)),
+        ("spec.drainSeconds", "must not exceed terminationGracePeriodSeconds"),
+    ),
+    (
+        "env-duplicate-name",
+        _set("spec.env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
+        ("spec.env[1]", "Duplicate value"),
+    ),
+    *[
+        (
+            f"env-reserved-{name}",
+            _set("spec.env", [{"name": name, "value": "x"}]),
+            ("spec.env", "env must not set variables the operator sets"),
+        )
+        for name in ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HOST_IP")
+    ],
+    # every spelling of an owned flag that vLLM's parser accepts
+    *[
+        (
+            f"extra-args-{arg}",
+            _set("spec.engine.extraArgs", ["--max-logprobs=5", arg]),
+            ("spec.engine.extraArgs", SHORT_OPTION if arg[1] != "-" else OWNED_ARG),
+        )
+        for arg in (
+            "--por=9000",
+            "--served-model=x",
+            "--speculative-config.method=ngram",
+            "--speculative_config.method=ngram",
+            "--no-enforce-eager",
+            "--config=/models/args.yaml",
+            "--",
+            "-qfp8",
+            "-O3",
+            "-tp2",
+        )
+    ],
 ]
 
 
@@ -249,6 +308,50 @@ def test_invalid_manifest_is_rejected_naming_the_field(
     for text in expected:
         assert text in res.stderr, f"{text!r} not in the server's answer:\n{res.stderr}"
     assert not cluster.kubectl("get", "vsvc", "-n", namespace, "-o", "name").strip()
+
+
+def test_values_at_the_edge_of_each_rule_are_accepted(
+    cluster: LocalCluster, crd_installed: str, namespace: str
+) -> None:
+    """The positive control of the rules above: what is close to a refused value but valid."""
+    manifest = minimal()
+    manifest["metadata"]["name"] = "qwen2-5-7b"
+    spec = manifest["spec"]
+    spec["drainSeconds"] = spec["terminationGracePeriodSeconds"] = 120
+    spec["resources"] = {
+        "gpus": 1,
+        "memory": "16Gi",
+        "cpu": "500m",
+        "gpuResourceName": "amd.com/gpu",
+    }
+    spec["env"] = [{"name": "A", "value": "1"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+    spec["engine"] = {
+        "extraArgs": [
+            "--max-logprobs=5",
+            "--max-num-batched-tokens",
+            "8192",
+            "--enable-chunked-prefill",
+            "--compilation-config.level=3",
+            "--model-impl=transformers",
+            "-1",
+        ]
+    }
+    res = kubectl_apply(cluster, namespace, manifest)
+    assert res.returncode == 0, res.stderr
+
+
+def test_kubectl_delete_all_leaves_the_services(
+    cluster: LocalCluster, crd_installed: str, namespace: str
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLES_DIR / "minimal.yaml"))
+    cluster.kubectl("create", "configmap", "control", "-n", namespace)  # deleted by neither
+    cluster.kubectl("create", "service", "clusterip", "other", "--tcp=80", "-n", namespace)
+    out = cluster.kubectl("delete", "all", "--all", "-n", namespace, "--wait=true")
+    assert 'service "other" deleted' in out  # the positive control: `all` did delete
+    assert "vllmservice" not in out
+    assert cluster.kubectl("get", "vsvc", "-n", namespace, "-o", "name").strip() == (
+        "vllmservice.serving.vllm-operator.dev/minimal"
+    )
 
 
 def test_the_base_of_the_invalid_manifests_is_valid(

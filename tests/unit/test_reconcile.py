@@ -150,3 +150,16 @@ def test_ready_is_announced_once_per_transition(api: FakeApi) -> None:
     }
     events = [e.reason for _ in range(3) for e in run(api).events]
     assert events.count("Ready") == 1  # (the benchmark's ConfigMap, Job etc. also start)
+
+
+def test_a_name_with_a_dot_is_an_invalid_spec_and_nothing_is_applied() -> None:
+    """The CRD refuses it; an object stored under an older CRD is reported, not applied."""
+    api = FakeApi(SETTINGS)
+    obj = body("minimal", generation=1)
+    obj["metadata"]["name"] = "qwen2.5-7b"
+    path = _path(API_VERSION, "VLLMService", "ns", "qwen2.5-7b")
+    api.put(path, obj)
+    out = reconcile(copy.deepcopy(obj), api, SETTINGS)
+    assert out.invalid is not None
+    assert out.invalid.startswith("metadata.name: ")
+    assert [p for _, p in api.writes_made()] == [path + "/status"]

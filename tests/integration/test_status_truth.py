@@ -1,0 +1,338 @@
+"""The status is the truth: the real operator against the local control plane, judged by the
+API server's own audit log and by real denials (a ValidatingAdmissionPolicy, a ResourceQuota,
+Pod Security), never by the operator's word."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import apply, condition, get, items, ready, sample, wait_for
+from vllm_localenv.cluster import LocalCluster
+from vllm_localenv.operator_process import OperatorProcess
+
+pytestmark = pytest.mark.cluster
+WRITE_VERBS = ("create", "update", "patch", "delete")
+POLICY_MESSAGE = "GPU workloads are not allowed in this namespace (test policy)"
+
+
+def audit(audit_log: Path, username: str, namespace: str, since: float) -> list[dict[str, Any]]:
+    """What `username` did in `namespace` after `since` (epoch seconds), as the API server
+    recorded it (writes, and reads of Deployments: proof that a reconcile ran)."""
+    out = []
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") != username:
+            continue
+        if event.get("objectRef", {}).get("namespace") != namespace:
+            continue
+        stamp = dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
+        if stamp.timestamp() >= since:
+            out.append(event)
+    return out
+
+
+def assert_quiet(operator: OperatorProcess, cluster: LocalCluster, namespace: str) -> None:
+    """Three drift-timer periods with zero writes, and proof that the reconciles ran."""
+    time.sleep(operator.resync_seconds + 2)  # let in-flight work settle
+    since = time.time()
+    time.sleep(operator.resync_seconds * 3 + 1)
+    mine = audit(cluster.audit_log, operator.username, namespace, since)
+    writes = [(e["verb"], e["objectRef"]) for e in mine if e["verb"] in WRITE_VERBS]
+    assert writes == []
+    reads = [e for e in mine if e["verb"] == "get" and e["objectRef"]["resource"] == "deployments"]
+    assert len(reads) >= 3, "the resyncs did not run"
+
+
+def status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict((get(cluster, namespace, "vllmservice", name) or {}).get("status", {}))
+
+
+def events(cluster: LocalCluster, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in items(cluster, namespace, "events")
+        if e["involvedObject"].get("name") == name
+        and e["involvedObject"].get("kind") == "VLLMService"
+        and e["reason"] == reason
+    ]
+
+
+def patch_spec(cluster: LocalCluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    cluster.kubectl(
+        "patch", "vsvc", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
+    )
+
+
+# ---- 1. the status is exactly what the operator computed ---------------------------------
+
+
+def publish_result(
+    cluster: LocalCluster, namespace: str, name: str, tokens_per_second: float
+) -> str:
+    """Plays the benchmark runner: writes a result into the current revision's run."""
+    rev = wait_for(
+        "the run of the current revision",
+        lambda: (
+            (st := ready(cluster, namespace, name))
+            and (b := st["status"].get("benchmark") or {}).get("state") == "Running"
+            and b["revision"]
+        ),
+        timeout=90,
+    )
+    run = f"{name}-bench-{rev[:8]}"
+    result = {
+        "status": "ok",
+        "finishedAt": "2030-01-01T00:00:00Z",
+        "headline": {"outputTokensPerSecond": tokens_per_second, "ttftP95Seconds": 0.05},
+    }
+    cluster.kubectl(
+        "patch",
+        "configmap",
+        run,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"result.json": json.dumps(result)}}),
+    )
+    return str(rev)
+
+
+def test_no_stale_benchmark_keys_across_revisions_and_rollbacks_and_no_op_resyncs_write_nothing(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    m = sample("minimal")
+    m["metadata"]["name"] = "truth"
+    m["spec"]["benchmark"] = {
+        "thresholds": {"minOutputTokensPerSecond": 10},
+        "onFailure": "Rollback",
+    }
+    apply(cluster, namespace, m)
+    rev_a = publish_result(cluster, namespace, "truth", 100.0)
+    st = wait_for(
+        "revision A passed",
+        lambda: (s := status(cluster, namespace, "truth")).get("benchmark", {}).get("passed") and s,
+    )
+    assert st["benchmark"]["outputTokensPerSecond"] == 100
+    assert_quiet(operator, cluster, namespace)
+
+    # revision B: nothing of A's run may show, then B fails its gate and A comes back
+    patch_spec(cluster, namespace, "truth", {"engine": {"maxNumSeqs": 8}})
+    rev_b = publish_result(cluster, namespace, "truth", 1.0)
+    assert rev_b != rev_a
+    st = wait_for(
+        "the rollback to A",
+        lambda: (
+            (s := status(cluster, namespace, "truth")).get("benchmark", {}).get("rolledBackTo")
+            == rev_a
+            and s
+        ),
+    )
+    assert st["benchmark"]["revision"] == rev_b
+    assert st["benchmark"]["passed"] is False
+    assert st["benchmark"]["outputTokensPerSecond"] == 1
+    assert_quiet(operator, cluster, namespace)
+
+    # revision C: the rollback, the failures and B's numbers are gone from the status
+    patch_spec(cluster, namespace, "truth", {"engine": {"maxNumSeqs": 16}})
+    st = wait_for(
+        "revision C running its benchmark",
+        lambda: (
+            (s := ready(cluster, namespace, "truth"))
+            and s["status"].get("benchmark", {}).get("state") == "Running"
+            and s["status"]
+        ),
+        timeout=90,
+    )
+    bench = st["benchmark"]
+    assert bench["revision"] not in (rev_a, rev_b)
+    assert st["revision"] == bench["revision"]
+    stale = {"rolledBackTo", "failures", "passed", "outputTokensPerSecond", "completedAt"}
+    assert stale & set(bench) == set(), bench
+    assert condition({"status": st}, "Degraded")["reason"] != "BenchmarkRollback"
+    assert_quiet(operator, cluster, namespace)
+
+
+def test_ready_is_announced_once_for_one_rollout(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    apply(cluster, namespace, sample("minimal"))
+    wait_for("Ready", lambda: ready(cluster, namespace, "minimal"), timeout=90)
+    assert_quiet(operator, cluster, namespace)  # the reconciles ran, several times
+    assert len(events(cluster, namespace, "minimal", "Ready")) == 1
+
+
+# ---- 2. failures reach the status -----------------------------------------------------------
+
+
+@pytest.fixture
+def deny_deployments(cluster: LocalCluster, namespace: str) -> Iterator[str]:
+    """A ValidatingAdmissionPolicy denying Deployments in this test's namespace; yields the
+    binding's name (delete it to lift the denial)."""
+    name = f"deny-deployments-{namespace}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["deployments"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "false", "message": POLICY_MESSAGE}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    for obj in (policy, binding):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    probe = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        },
+    }
+
+    def denied() -> bool:  # the policy is in force once the API server has loaded it
+        out = cluster.kubectl(
+            "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False
+        )
+        return "created" not in out
+
+    wait_for("the policy to be in force", denied, timeout=30)
+    yield name
+    cluster.kubectl("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found")
+    cluster.kubectl("delete", "validatingadmissionpolicy", name, "--ignore-not-found")
+
+
+def test_a_denied_apply_is_in_the_status_with_one_event_and_retried_with_back_off(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str, deny_deployments: str
+) -> None:
+    apply(cluster, namespace, sample("minimal"))
+    ready_cond = wait_for(
+        "Ready=False/ApplyFailed",
+        lambda: (
+            (c := condition(get(cluster, namespace, "vllmservice", "minimal"), "Ready")).get(
+                "reason"
+            )
+            == "ApplyFailed"
+            and c
+        ),
+    )
+    assert ready_cond["status"] == "False"
+    assert POLICY_MESSAGE in ready_cond["message"]
+    svc = get(cluster, namespace, "vllmservice", "minimal")
+    assert svc is not None
+    assert svc["status"]["observedGeneration"] == svc["metadata"]["generation"]
+    assert condition(svc, "Ready")["observedGeneration"] == svc["metadata"]["generation"]
+    # the operator keeps trying (the API server's record), yet the event is posted once
+    since = time.time() - 120
+
+    def denied_patches() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in audit(cluster.audit_log, operator.username, namespace, since)
+            if e["verb"] == "patch"
+            and e["objectRef"]["resource"] == "deployments"
+            and e.get("responseStatus", {}).get("code", 200) >= 400
+        ]
+
+    wait_for("three denied attempts", lambda: len(denied_patches()) >= 3, timeout=60)
+    failed = events(cluster, namespace, "minimal", "ApplyFailed")
+    assert len(failed) == 1, [e["message"] for e in failed]
+    assert failed[0]["type"] == "Warning"
+    assert POLICY_MESSAGE in failed[0]["message"]
+    assert get(cluster, namespace, "deployment", "minimal") is None
+    # the denial lifted: the next attempt succeeds and the status says so
+    cluster.kubectl("delete", "validatingadmissionpolicybinding", deny_deployments)
+    svc = wait_for("Ready", lambda: ready(cluster, namespace, "minimal"), timeout=120)
+    assert condition(svc, "Degraded")["status"] == "False"
+    assert len(events(cluster, namespace, "minimal", "Ready")) == 1
+
+
+@pytest.mark.parametrize("barrier", ["resource-quota", "pod-security"])
+def test_pods_that_cannot_be_created_are_reported(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str, barrier: str
+) -> None:
+    if barrier == "resource-quota":
+        quota = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-gpus", "namespace": namespace},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(quota))
+        # the quota is enforced from its status, which the resourcequota controller fills in;
+        # the local control plane does not run that controller, so the test does
+        cluster.kubectl(
+            "patch",
+            "resourcequota",
+            "no-gpus",
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(
+                {
+                    "status": {
+                        "hard": quota["spec"]["hard"],
+                        "used": {"requests.nvidia.com/gpu": "0"},
+                    }
+                }
+            ),
+        )
+        expected = "exceeded quota"
+    else:
+        cluster.kubectl(
+            "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+        )
+        expected = "PodSecurity"
+    apply(cluster, namespace, sample("minimal"))
+
+    def failed_create() -> dict[str, Any] | None:
+        svc = get(cluster, namespace, "vllmservice", "minimal")
+        return svc if condition(svc, "Ready").get("reason") == "FailedCreate" else None
+
+    try:
+        svc = wait_for("Ready=False/FailedCreate", failed_create, timeout=90)
+    except AssertionError as exc:  # say what the Deployment saw
+        dep = get(cluster, namespace, "deployment", "minimal") or {}
+        raise AssertionError(f"{exc}; the Deployment's status: {dep.get('status')}") from exc
+    ready_cond = condition(svc, "Ready")
+    assert ready_cond["status"] == "False"
+    assert expected in ready_cond["message"]
+    degraded = condition(svc, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "FailedCreate")
+    assert condition(svc, "Progressing")["status"] == "False"
+    assert len(events(cluster, namespace, "minimal", "FailedCreate")) == 1
