@@ -9,14 +9,21 @@ in a pod. Parsing is not everything vLLM checks: a --max-model-len longer than t
 context, or a block size the CPU attention backend cannot use, only fail once vLLM reads the
 model's config or starts its workers. The first is checked here too, on the tiny test model
 (the engine configuration is built from its config.json, without weights); the second is a
-rule of the spec (engine.blockSize on CPU).
+rule of the spec (engine.blockSize on CPU). Last, the CPU sample's arguments start a real
+server here, as its pod would run them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
+import time
 import typing
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,7 @@ import pytest
 import yaml
 
 from tests.unit.builders import SAMPLES, deep_merge
-from vllm_localenv.vllm_server import DEFAULT_VENV, _python
+from vllm_localenv.vllm_server import DEFAULT_VENV, _python, free_port
 from vllm_operator.render.deployment import server_args
 from vllm_operator.spec import (
     BLOCK_SIZES,
@@ -354,3 +361,67 @@ def test_every_short_option_has_a_long_form(vllm_answer: dict[str, Any]) -> None
         if not option.startswith("--") and not any(a.startswith("--") for a in info["aliases"])
     ]
     assert not short_only, f"vLLM short options without a long form: {short_only}"
+
+
+def test_the_cpu_sample_serves_with_its_rendered_args(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """What a pod of the CPU sample runs, run on this host: the rendered arguments (only the
+    model path and the address swapped) and the pod's vLLM environment, nothing hand-written."""
+    spec = sample_spec("tiny-cpu")
+    port = free_port()
+    swap = {spec.model.reference: str(tiny_model_dir), "0.0.0.0": "127.0.0.1", "8000": str(port)}
+    args = [swap.get(a, a) for a in server_args(spec)]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+        "VLLM_HOST_IP": "127.0.0.1",  # the pod gets its own IP (render/deployment.py)
+        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    log_path = tmp_path / "vllm.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [str(_python(DEFAULT_VENV)), "-m", "vllm.entrypoints.openai.api_server", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # its own group: the engine-core children stop with it
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, f"no /health in 400 s; log: {log_path}"
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(f"{base}/health", timeout=2) as r,
+            ):
+                if r.status == 200:
+                    break
+            time.sleep(1)
+        request = urllib.request.Request(
+            f"{base}/v1/completions",
+            data=json.dumps(
+                {"model": "tiny", "prompt": "Hello", "max_tokens": 8, "ignore_eos": True}
+            ).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as r:
+            assert json.load(r)["usage"]["completion_tokens"] == 8
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        # the block size of the spec, and the KV cache from --kv-cache-memory-bytes
+        assert 'block_size="32"' in metrics
+        assert "Explicitly set (1.0/" in log_path.read_text(errors="replace")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
