@@ -25,6 +25,11 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import AlertThresholds, Service
 
 MONITORING_API = "monitoring.coreos.com/v1"
+# the CRDs whose presence decides whether render_monitoring's objects can be applied
+MONITORING_CRDS = {
+    "PrometheusRule": "prometheusrules.monitoring.coreos.com",
+    "PodMonitor": "podmonitors.monitoring.coreos.com",
+}
 # the pod label that names the VLLMService; relabelled into the `service` label at scrape time
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 SERVICE_RELABEL_SOURCE = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
