@@ -67,6 +67,9 @@ CONTROLLERS = (
     "namespace-controller",
     "node-lifecycle-controller",  # lifts the not-ready taint the apiserver puts on new nodes
     "endpointslice-controller",
+    "persistentvolume-binder-controller",  # model claims bound to local volumes
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -257,7 +260,11 @@ class LocalCluster:
         # a kubelet on this host beside the simulated GPU nodes (node.py); one per host
         self.real_node = real_node
         self.node = realnode.RealNode(
-            state_dir, bin_dir, state_dir / "pki", DEFAULT_CACHE / "images" / "index.json"
+            state_dir,
+            bin_dir,
+            state_dir / "pki",
+            DEFAULT_CACHE / "images" / "index.json",
+            DEFAULT_CACHE,
         )
         self._started: list[tuple[_Proc, subprocess.Popen[bytes]]] = []
 
@@ -369,7 +376,7 @@ class LocalCluster:
             return self._spawn(state, name, args, exe=self._node_exe(name))
 
         t0 = time.monotonic()
-        self.node.start_containerd(spawn, deadline)
+        self.node.start_containerd(spawn)
         self.node.import_images(log)
         log(f"containerd ready, images in place ({time.monotonic() - t0:.0f}s)")
         self.kubectl(
@@ -393,10 +400,12 @@ class LocalCluster:
             conds = {c["type"]: c["status"] for c in out.get("status", {}).get("conditions", [])}
             return conds.get("Ready") == "True"
 
-        self._wait("kubelet", procs["kubelet"], node_ready, deadline + 60)
-        self._wait("coredns", procs["coredns"], self.node.dns_ready, deadline + 60)
+        # a first import of the vLLM image takes minutes: the node's own start gets its budget
+        node_deadline = time.monotonic() + 120
+        self._wait("kubelet", procs["kubelet"], node_ready, node_deadline)
+        self._wait("coredns", procs["coredns"], self.node.dns_ready, node_deadline)
         if procs["kube-proxy"].poll() is not None:
-            self._wait("kube-proxy", procs["kube-proxy"], lambda: False, deadline)
+            self._wait("kube-proxy", procs["kube-proxy"], lambda: False, node_deadline)
         log(f"real node {realnode.NODE_NAME} Ready ({time.monotonic() - t0:.0f}s)")
 
     def _node_exe(self, name: str) -> str:

@@ -93,12 +93,17 @@ Spawn = Callable[[str, list[str], Path | None], subprocess.Popen[bytes]]
 class RealNode:
     """The node's files live in `state_dir/node`; binaries come from `bin_dir`."""
 
-    def __init__(self, state_dir: Path, bin_dir: Path, pki_dir: Path, image_index: Path) -> None:
+    def __init__(
+        self, state_dir: Path, bin_dir: Path, pki_dir: Path, image_index: Path, cache: Path
+    ) -> None:
         self.state_dir = state_dir
         self.dir = state_dir / "node"
         self.bin_dir = bin_dir
         self.pki_dir = pki_dir
         self.image_index = image_index
+        # containerd's content store is shared by every cluster of this host (one real node at
+        # a time): the multi-GB vLLM image is imported once, not once per clone or test tier
+        self.containerd_root = cache / "containerd-root"
 
     # ---- paths ---------------------------------------------------------------------------
     @property
@@ -188,7 +193,6 @@ class RealNode:
         for sub in (
             "cni/net.d",
             "cni/ipam",
-            "containerd-root",
             "containerd-state",
             "kubelet",
             "logs/pods",
@@ -233,7 +237,7 @@ class RealNode:
         # child's PID from pipe"). SystemdCgroup false: there is no systemd.
         (d / "containerd.toml").write_text(
             f"""version = 2
-root = "{d / "containerd-root"}"
+root = "{self.containerd_root}"
 state = "{d / "containerd-state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
@@ -385,8 +389,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 """
         )
 
-    def start_containerd(self, spawn: Spawn, deadline: float) -> subprocess.Popen[bytes]:
+    def start_containerd(self, spawn: Spawn) -> subprocess.Popen[bytes]:
         proc = spawn("containerd", ["--config", str(self.dir / "containerd.toml")], None)
+        deadline = time.monotonic() + 60
         while not self._ctr_ok():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise NodeError(
@@ -425,7 +430,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             raise NodeError(
                 f"no images built ({self.image_index} is missing): run `make images`"
             ) from exc
-        stamps = self.dir / "imported.json"
+        stamps = self.containerd_root.parent / "containerd-imported.json"
         done: dict[str, str] = json.loads(stamps.read_text()) if stamps.exists() else {}
         present = self._ctr("images", "ls", "-q").split()
         if PAUSE_IMAGE not in index:
