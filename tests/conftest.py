@@ -20,7 +20,9 @@ from vllm_localenv.operator_process import OperatorProcess, install
 from vllm_localenv.vllm_server import VllmServer, tiny_model
 
 # VLLM_TEST_STATE_DIR: a separate test cluster per concurrent checkout/run on one machine
-TEST_STATE_DIR = Path(os.environ.get("VLLM_TEST_STATE_DIR") or REPO_ROOT / ".state" / "test-cluster")
+TEST_STATE_DIR = Path(
+    os.environ.get("VLLM_TEST_STATE_DIR") or REPO_ROOT / ".state" / "test-cluster"
+)
 
 
 @pytest.fixture(scope="session")
