@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Callable
@@ -72,3 +73,29 @@ def ready(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any] | 
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:
     return dict(deployment["spec"]["template"]["spec"]["containers"][0])
+
+
+WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def audit(audit_log: Path, username: str, namespace: str, since: float) -> list[dict[str, Any]]:
+    """What `username` did in `namespace` after `since` (epoch seconds), as the API server
+    recorded it (writes, and reads of Deployments: proof that a reconcile ran)."""
+    out = []
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") != username:
+            continue
+        if event.get("objectRef", {}).get("namespace") != namespace:
+            continue
+        stamp = dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
+        if stamp.timestamp() >= since:
+            out.append(event)
+    return out
+
+
+def reconciles_seen(events: list[dict[str, Any]]) -> int:
+    """Reconciles in an audit excerpt: each reads its Deployment once."""
+    return sum(
+        1 for e in events if e["verb"] == "get" and e["objectRef"].get("resource") == "deployments"
+    )

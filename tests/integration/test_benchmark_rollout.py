@@ -19,7 +19,17 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import apply, condition, get, items, ready, sample, wait_for
+from tests.support import (
+    apply,
+    audit,
+    condition,
+    get,
+    items,
+    ready,
+    reconciles_seen,
+    sample,
+    wait_for,
+)
 from vllm_localenv import benchjob
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
@@ -200,14 +210,32 @@ def test_a_finished_rollout_is_benchmarked_and_the_results_kept(
     assert len(runs) == 2
 
 
+def job_writes_while_reconciling(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str, since: float
+) -> list[dict[str, Any]]:
+    """The operator's writes to Jobs after `since`, once the API server has recorded at least
+    three reconciles of the namespace's service after it (evidence, not a pause)."""
+    wait_for(
+        "three reconciles",
+        lambda: reconciles_seen(audit(cluster.audit_log, operator.username, namespace, since)) >= 3,
+        timeout=60,
+    )
+    return [
+        e
+        for e in audit(cluster.audit_log, operator.username, namespace, since)
+        if e["objectRef"].get("resource") == "jobs" and e["verb"] != "get"
+    ]
+
+
 def test_restarting_the_operator_during_a_run_starts_no_second_job(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str
 ) -> None:
     apply(cluster, namespace, service("restart"))
     job = job_of(cluster, namespace, "restart")
     operator.stop()
+    since = time.time()
     operator.start()
-    time.sleep(operator.resync_seconds * 2 + 1)
+    assert job_writes_while_reconciling(operator, cluster, namespace, since) == []
     jobs = items(cluster, namespace, "jobs")
     assert [j["metadata"]["uid"] for j in jobs] == [job["metadata"]["uid"]]
 
@@ -318,8 +346,16 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
     )
     events = items(cluster, namespace, "events")
     assert any(e["reason"] == "BenchmarkRollback" and e["type"] == "Warning" for e in events)
-    # no loop: the failed revision is neither re-applied nor re-benchmarked
-    time.sleep(operator.resync_seconds * 3 + 1)
+    # no loop: the failed revision is neither re-applied nor re-benchmarked, over reconciles
+    # the API server recorded
+    quiet_since = time.time()
+    assert job_writes_while_reconciling(operator, cluster, namespace, quiet_since) == []
+    deployment_writes = [
+        e
+        for e in audit(cluster.audit_log, operator.username, namespace, quiet_since)
+        if e["objectRef"].get("resource") == "deployments" and e["verb"] != "get"
+    ]
+    assert deployment_writes == []
     assert len(items(cluster, namespace, "jobs")) == 2
     assert (
         len(items(cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark")) == 2
@@ -332,10 +368,14 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
 def test_disabled_benchmark_starts_no_job(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str
 ) -> None:
+    since = time.time()
     apply(cluster, namespace, service("nobench", benchmark={"enabled": False}))
     wait_for("Ready", lambda: ready(cluster, namespace, "nobench"), timeout=90)
-    time.sleep(operator.resync_seconds * 2 + 1)
+    # reconciles after the rollout completed: each would have started the run
+    assert job_writes_while_reconciling(operator, cluster, namespace, time.time()) == []
     assert items(cluster, namespace, "jobs") == []
+    # the positive control: the operator's writes in this namespace were recorded
+    assert audit(cluster.audit_log, operator.username, namespace, since)
     st = bench_status(cluster, namespace, "nobench")
     assert "benchmark" not in st
     assert condition({"status": st}, "BenchmarkComplete") == {}

@@ -4,38 +4,30 @@ Pod Security), never by the operator's word."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import apply, condition, get, items, ready, sample, wait_for
+from tests.support import (
+    WRITE_VERBS,
+    apply,
+    audit,
+    condition,
+    get,
+    items,
+    ready,
+    reconciles_seen,
+    sample,
+    wait_for,
+)
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
-WRITE_VERBS = ("create", "update", "patch", "delete")
 POLICY_MESSAGE = "GPU workloads are not allowed in this namespace (test policy)"
-
-
-def audit(audit_log: Path, username: str, namespace: str, since: float) -> list[dict[str, Any]]:
-    """What `username` did in `namespace` after `since` (epoch seconds), as the API server
-    recorded it (writes, and reads of Deployments: proof that a reconcile ran)."""
-    out = []
-    for line in audit_log.read_text().splitlines():
-        event = json.loads(line)
-        if event.get("user", {}).get("username") != username:
-            continue
-        if event.get("objectRef", {}).get("namespace") != namespace:
-            continue
-        stamp = dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
-        if stamp.timestamp() >= since:
-            out.append(event)
-    return out
 
 
 def assert_quiet(operator: OperatorProcess, cluster: LocalCluster, namespace: str) -> None:
@@ -46,8 +38,7 @@ def assert_quiet(operator: OperatorProcess, cluster: LocalCluster, namespace: st
     mine = audit(cluster.audit_log, operator.username, namespace, since)
     writes = [(e["verb"], e["objectRef"]) for e in mine if e["verb"] in WRITE_VERBS]
     assert writes == []
-    reads = [e for e in mine if e["verb"] == "get" and e["objectRef"]["resource"] == "deployments"]
-    assert len(reads) >= 3, "the resyncs did not run"
+    assert reconciles_seen(mine) >= 3, "the resyncs did not run"
 
 
 def status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
