@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
@@ -115,6 +116,23 @@ def on_resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     already in the status; the next tick retries it."""
     with contextlib.suppress(kopf.TemporaryError):
         _run(body, memo)
+
+
+def _without_finalizer(fn: object) -> None:
+    """kopf gives every timer a finalizer, so that it can stop the timer before the object
+    goes (kopf/on.py hard-codes requires_finalizer=True for timers). The drift timer needs
+    none: a reconcile of a deleted service finds it gone and does nothing, while a finalizer
+    blocks deletion whenever the operator is down or uninstalled (services and their
+    namespaces stuck Terminating). Deletion is garbage collection's job alone. kopf removes
+    its finalizer from objects that carry one and no longer need it."""
+    spawning = kopf.get_default_registry()._spawning  # private: kopf has no public switch
+    spawning._handlers = [
+        dataclasses.replace(h, requires_finalizer=False) if h.fn is fn else h
+        for h in spawning._handlers
+    ]
+
+
+_without_finalizer(on_resync)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)  # optional: no finalizer needed
