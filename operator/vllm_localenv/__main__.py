@@ -38,6 +38,13 @@ def _up(cluster: LocalCluster, _: argparse.Namespace) -> int:
     else:
         print(f"local cluster up in {time.monotonic() - t0:.1f}s at {cluster.server}")
     print(f"use it with:\n  {_export(cluster)}")
+    if cluster.monitoring:
+        print(
+            f"Prometheus (vLLM pods, the operator, the shipped alert rules): "
+            f"{cluster.prometheus_url}\n"
+            "custom.metrics.k8s.io: prometheus-adapter (kubectl get --raw "
+            "/apis/custom.metrics.k8s.io/v1beta2)"
+        )
     return 0
 
 

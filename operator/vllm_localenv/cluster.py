@@ -17,15 +17,18 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import yaml
+
+from vllm_localenv import monitoring, pki
 from vllm_localenv import node as realnode
-from vllm_localenv import pki
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # outside the clone, so every checkout and CI run on this machine shares one build
@@ -73,6 +76,9 @@ CONTROLLERS = (
 )
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# the metrics pipeline (issue 9): Debian's Prometheus, the pod discovery that stands in for its
+# missing Kubernetes discovery (targets.py), prometheus-adapter serving custom.metrics.k8s.io
+MONITORING_COMPONENTS = ("prometheus", "pod-targets", "prometheus-adapter")
 
 
 # Simulation rules for pods kwok plays (see _kwok_stages).
@@ -136,13 +142,16 @@ class Ports:
     etcd_peer: int = 23800
     apiserver: int = 16443
     kwok: int = 10247
+    # added later: a state file of an older cluster lacks them and gets these defaults
+    prometheus: int = 19090
+    adapter: int = 16444
 
     @classmethod
     def free(cls) -> Ports:
-        """Four ports the kernel says are free now (for test clusters next to a dev cluster)."""
+        """Ports the kernel says are free now (for test clusters next to a dev cluster)."""
         socks = []
         try:
-            for _ in range(4):
+            for _ in fields(cls):
                 s = socket.socket()
                 s.bind(("127.0.0.1", 0))
                 socks.append(s)
@@ -158,6 +167,8 @@ class Ports:
             "etcd peer": self.etcd_peer,
             "kube-apiserver": self.apiserver,
             "kwok": self.kwok,
+            "prometheus": self.prometheus,
+            "prometheus-adapter": self.adapter,
         }
 
 
@@ -251,7 +262,9 @@ class LocalCluster:
         bin_dir: Path = DEFAULT_BIN_DIR,
         ports: Ports | None = None,
         nodes: tuple[GpuNode, ...] = DEFAULT_NODES,
+        *,
         real_node: bool = False,
+        monitoring: bool = True,
     ) -> None:
         self.state_dir = state_dir
         self.bin_dir = bin_dir
@@ -259,6 +272,8 @@ class LocalCluster:
         self._ports = ports
         # a kubelet on this host beside the simulated GPU nodes (node.py); one per host
         self.real_node = real_node
+        # Prometheus + prometheus-adapter; off only for a test that brings its own stand-ins
+        self.monitoring = monitoring
         self.node = realnode.RealNode(
             state_dir,
             bin_dir,
@@ -270,7 +285,11 @@ class LocalCluster:
 
     @property
     def components(self) -> tuple[str, ...]:
-        return COMPONENTS + (realnode.NODE_COMPONENTS if self.real_node else ())
+        return (
+            COMPONENTS
+            + (MONITORING_COMPONENTS if self.monitoring else ())
+            + (realnode.NODE_COMPONENTS if self.real_node else ())
+        )
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -300,6 +319,20 @@ class LocalCluster:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports.apiserver}"
 
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.prometheus}"
+
+    @property
+    def prometheus_dir(self) -> Path:
+        """prometheus.yml, its file_sd files (targets.py) and its TSDB."""
+        return self.state_dir / "prometheus"
+
+    @property
+    def host_operator_targets(self) -> Path:
+        """file_sd files of operators running on the host (OperatorProcess writes one each)."""
+        return self.prometheus_dir / "host-operators"
+
     # ---- state -------------------------------------------------------------------------
     def _read_state(self) -> _State | None:
         try:
@@ -322,6 +355,12 @@ class LocalCluster:
         alive = self.running()
         if all(alive.get(c) for c in self.components):
             return False
+        if alive and all(alive.values()):
+            absent = ", ".join(c for c in self.components if c not in alive)
+            raise ClusterError(
+                f"the local cluster in {self.state_dir} was started without {absent} (an older "
+                "version, or other options); run `down` and `up` again"
+            )
         if any(alive.values()):
             dead = ", ".join(n for n, ok in alive.items() if not ok) or "some components"
             raise ClusterError(
@@ -357,6 +396,9 @@ class LocalCluster:
             self._register_nodes()
             self._wait_ready(deadline)
             log("controller-manager, scheduler, kwok ready; GPU nodes Ready")
+            if self.monitoring:
+                self._start_monitoring(state, deadline)
+                log(f"Prometheus at {self.prometheus_url}; custom.metrics.k8s.io Available")
             if self.real_node:
                 self._start_node(state, deadline, log)
         except BaseException:
@@ -408,6 +450,91 @@ class LocalCluster:
             self._wait("kube-proxy", procs["kube-proxy"], lambda: False, node_deadline)
         log(f"real node {realnode.NODE_NAME} Ready ({time.monotonic() - t0:.0f}s)")
 
+    def _start_monitoring(self, state: _State, deadline: float) -> None:
+        """Prometheus (the shipped rules file; vLLM pods and the operator through file_sd
+        files that the pod-targets process keeps current), then prometheus-adapter, registered
+        through the aggregation layer; waits for the APIServices to be Available."""
+        d = self.prometheus_dir
+        self.host_operator_targets.mkdir(parents=True, exist_ok=True)
+        config = d / "prometheus.yml"
+        config.write_text(
+            monitoring.prometheus_config(
+                self.kubeconfig,
+                [monitoring.rules_file()],
+                pod_targets_file=d / "pods.json",
+                operator_targets_files=[d / "operator.json", self.host_operator_targets / "*.json"],
+                scrape_interval="2s",
+                evaluation_interval="2s",
+            )
+        )
+        for name in ("pods.json", "operator.json"):
+            if not (d / name).exists():
+                (d / name).write_text("[]")
+        prom = self._spawn(
+            state,
+            "prometheus",
+            monitoring.prometheus_args(
+                self._prometheus_exe(), config, d / "tsdb", state.ports.prometheus
+            )[1:],
+            exe=self._prometheus_exe(),
+        )
+        self._spawn(
+            state,
+            "pod-targets",
+            ["-m", "vllm_localenv.targets", str(self.state_dir)],
+            exe=sys.executable,
+        )
+
+        def prometheus_ready() -> bool:
+            url = f"http://127.0.0.1:{state.ports.prometheus}/-/ready"
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return bool(r.status == 200)
+
+        self._wait("prometheus", prom, prometheus_ready, deadline)
+        adapter = self._spawn(
+            state,
+            "prometheus-adapter",
+            monitoring.adapter_args(
+                str(self.bin_dir / "prometheus-adapter"),
+                self.kubeconfig,
+                prometheus_url=f"http://127.0.0.1:{state.ports.prometheus}",
+                secure_port=state.ports.adapter,
+                cert_dir=d / "adapter-certs",
+                relist_interval="5s",
+            )[1:],
+        )
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all(monitoring.adapter_registration(state.ports.adapter)),
+        )
+
+        def api_services_available() -> bool:
+            out = json.loads(self.kubectl("get", "apiservices", "-o", "json"))
+            mine = [i for i in out["items"] if i["spec"].get("group") == "custom.metrics.k8s.io"]
+            return bool(mine) and all(
+                any(
+                    c["type"] == "Available" and c["status"] == "True"
+                    for c in i.get("status", {}).get("conditions", [])
+                )
+                for i in mine
+            )
+
+        self._wait("prometheus-adapter", adapter, api_services_available, deadline)
+
+    @staticmethod
+    def _prometheus_exe() -> str:
+        """Debian's prometheus (2.42), whatever else PATH holds (an opt-in 3.x build lives in
+        the bin directory): the pipeline is built for what every machine here has."""
+        found = shutil.which("prometheus", path="/usr/bin:/usr/local/bin:/bin")
+        if found is None:
+            raise ClusterError(
+                "prometheus is not installed: run `make monitoring` (scripts/build-monitoring.sh "
+                "installs Debian's prometheus and builds prometheus-adapter)"
+            )
+        return found
+
     def _node_exe(self, name: str) -> str:
         """containerd comes from Debian; kubelet, kube-proxy and CoreDNS from our build."""
         if name == "containerd":
@@ -426,6 +553,13 @@ class LocalCluster:
                 "build them with `make control-plane` (scripts/build-control-plane.sh, "
                 "scripts/build-node.sh)"
             )
+        if self.monitoring:
+            self._prometheus_exe()
+            if not (self.bin_dir / "prometheus-adapter").is_file():
+                raise ClusterError(
+                    f"prometheus-adapter is missing in {self.bin_dir}: build it with "
+                    "`make monitoring` (scripts/build-monitoring.sh)"
+                )
 
     def _spawn(
         self, state: _State, name: str, args: list[str], exe: str | None = None
@@ -822,6 +956,8 @@ class LocalCluster:
         self._kill(state.procs)
         if self.node.owned_by_us():
             self.node.cleanup()
+        # scrape files of operators that ran on the host (stopped above when `down` started them)
+        shutil.rmtree(self.host_operator_targets, ignore_errors=True)
         self._state_file.unlink(missing_ok=True)
         self._started.clear()
         return stopped

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from vllm_localenv.cluster import REPO_ROOT
-from vllm_operator.monitoringgen import scrape_configs
+from vllm_operator.monitoringgen import OPERATOR_METRICS_PORT_NAME, scrape_configs
 
-MONITORING_DIR = REPO_ROOT / "deploy" / "monitoring"
+# cluster.py imports this module: the repository root is computed here, not imported from it
+MONITORING_DIR = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 
 
 def rules_file() -> Path:
@@ -39,6 +39,7 @@ def prometheus_config(
     operator_targets: list[str] | None = None,
     *,
     pod_targets_file: Path | None = None,
+    operator_targets_files: list[Path] | None = None,
     scrape_interval: str = "5s",
     evaluation_interval: str = "5s",
 ) -> str:
@@ -50,7 +51,10 @@ def prometheus_config(
     certificate are in it) with the relabelling shipped to users; or, for Debian's
     prometheus 2.42, which is built without Kubernetes discovery, `pod_targets_file`: a
     file_sd file that `pod_targets` fills from the API's pod list with the same selection
-    and labels (rewrite it when pods change; Prometheus re-reads it by itself)."""
+    and labels (rewrite it when pods change; Prometheus re-reads it by itself).
+    `operator_targets_files`: file_sd files (globs allowed) naming the operator's metrics
+    endpoints instead (`operator_targets` fills one from the in-cluster operator's pods; an
+    operator on the host adds its own)."""
     configs = scrape_configs(
         kubernetes_sd={"kubeconfig_file": str(kubeconfig)},
         operator_targets=operator_targets,
@@ -60,7 +64,15 @@ def prometheus_config(
         vllm = configs[0]
         del vllm["kubernetes_sd_configs"], vllm["relabel_configs"]
         vllm["file_sd_configs"] = [{"files": [str(pod_targets_file)], "refresh_interval": "5s"}]
-        if operator_targets is None:  # no discovery to find the operator's pods with
+        if operator_targets_files is not None:
+            op = configs[1]
+            op.pop("kubernetes_sd_configs", None)
+            op.pop("relabel_configs", None)
+            op.pop("static_configs", None)
+            op["file_sd_configs"] = [
+                {"files": [str(f) for f in operator_targets_files], "refresh_interval": "5s"}
+            ]
+        elif operator_targets is None:  # no discovery to find the operator's pods with
             configs = [vllm]
     doc: dict[str, Any] = {
         "global": {
@@ -110,6 +122,23 @@ def pod_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return groups
+
+
+def operator_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """file_sd target groups for the operator's own running pods (API pod objects): their
+    container port named `metrics` (deploy/operator.yaml), as the shipped PodMonitor selects."""
+    targets = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if not status.get("podIP") or status.get("phase") != "Running":
+            continue
+        targets += [
+            f"{status['podIP']}:{p['containerPort']}"
+            for c in (pod.get("spec") or {}).get("containers") or []
+            for p in c.get("ports") or []
+            if p.get("name") == OPERATOR_METRICS_PORT_NAME
+        ]
+    return [{"targets": sorted(targets)}] if targets else []
 
 
 def prometheus_args(

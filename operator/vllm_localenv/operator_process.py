@@ -4,6 +4,7 @@ process authenticated as its own ServiceAccount (exactly the RBAC in deploy/rbac
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -79,6 +80,11 @@ class OperatorProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    @property
+    def _scrape_file(self) -> Path:
+        """Where the local Prometheus learns this operator's metrics address (file_sd)."""
+        return self.cluster.host_operator_targets / f"{self.metrics_port}.json"
+
     def start(self, timeout: float = 60.0) -> None:
         kubeconfig = self.cluster.service_account_kubeconfig(
             OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, self.log_path.with_suffix(".kubeconfig")
@@ -104,6 +110,10 @@ class OperatorProcess:
             )
         if self.detached:
             self.cluster.adopt("vllm-operator", self._proc)
+        if self.cluster.host_operator_targets.is_dir():
+            self._scrape_file.write_text(
+                json.dumps([{"targets": [f"127.0.0.1:{self.metrics_port}"]}])
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -122,6 +132,7 @@ class OperatorProcess:
 
     def stop(self, sig: int = signal.SIGTERM, grace: float = 15.0) -> None:
         proc, self._proc = self._proc, None
+        self._scrape_file.unlink(missing_ok=True)
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(sig)

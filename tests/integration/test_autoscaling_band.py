@@ -83,7 +83,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     if prometheus is None or not adapter.exists():
         pytest.fail("prometheus or prometheus-adapter missing: run `make monitoring`")
     tmp = tmp_path_factory.mktemp("band")
-    lc = LocalCluster(state_dir=tmp / "cluster", ports=Ports.free())
+    # its own stand-ins for what the cluster's pipeline would scrape: no Prometheus of its own
+    lc = LocalCluster(state_dir=tmp / "cluster", ports=Ports.free(), monitoring=False)
     procs: list[subprocess.Popen[bytes]] = []
     stop = threading.Event()
     load = Load()

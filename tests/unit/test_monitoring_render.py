@@ -3,6 +3,7 @@ prometheus-adapter config and the local Prometheus config, as a user would meet 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,10 +18,12 @@ from tests.unit.builders import service
 from vllm_localenv.monitoring import (
     adapter_args,
     adapter_registration,
+    operator_targets,
     pod_targets,
     prometheus_config,
     rules_file,
 )
+from vllm_localenv.targets import write_if_changed
 from vllm_operator import metrics
 from vllm_operator.gates import FAILED, PASSED, Run
 from vllm_operator.monitoringgen import adapter_config
@@ -260,6 +263,51 @@ def test_pod_targets_select_running_server_pods_with_their_labels() -> None:
             },
         }
     ]
+
+
+def test_local_pipeline_finds_the_operator_through_file_sd(tmp_path: Path) -> None:
+    """What LocalCluster runs: the operator's pods (and operators on the host) by file_sd."""
+    kubeconfig, pods = tmp_path / "kubeconfig", tmp_path / "pods.json"
+    files = [tmp_path / "operator.json", tmp_path / "host-operators" / "*.json"]
+    doc = yaml.safe_load(
+        prometheus_config(
+            kubeconfig, [rules_file()], pod_targets_file=pods, operator_targets_files=files
+        )
+    )
+    assert doc["scrape_configs"][1] == {
+        "job_name": "vllm-operator",
+        "scrape_interval": "5s",
+        "honor_labels": True,
+        "file_sd_configs": [{"files": [str(f) for f in files], "refresh_interval": "5s"}],
+    }
+    operator_pod = {
+        "metadata": {"name": "vllm-operator-abc", "namespace": "vllm-operator-system"},
+        "spec": {
+            "containers": [
+                {
+                    "ports": [
+                        {"name": "liveness", "containerPort": 8080},
+                        {"name": "metrics", "containerPort": 8081},
+                    ]
+                }
+            ]
+        },
+        "status": {"phase": "Running", "podIP": "10.85.0.9"},
+    }
+    pending = {**operator_pod, "status": {"phase": "Pending"}}
+    assert operator_targets([operator_pod, pending]) == [{"targets": ["10.85.0.9:8081"]}]
+    assert operator_targets([pending]) == []
+
+
+def test_targets_file_is_replaced_only_when_it_changes(tmp_path: Path) -> None:
+    out = tmp_path / "pods.json"
+    groups = [{"targets": ["10.85.0.9:8000"], "labels": {"pod": "p"}}]
+    assert write_if_changed(out, groups)
+    assert json.loads(out.read_text()) == groups
+    assert not write_if_changed(out, groups)
+    assert write_if_changed(out, [])
+    assert json.loads(out.read_text()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["pods.json"]
 
 
 def test_adapter_command_and_registration() -> None:
