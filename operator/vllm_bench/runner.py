@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from vllm_bench import __version__
 from vllm_bench.client import BenchError, Budget, OpenAIClient
 from vllm_bench.metrics import CACHE_CONFIG_INFO
-from vllm_bench.promql import server_histograms
+from vllm_bench.promql import server_histograms, server_state
 from vllm_bench.results import build_document, error_record
 from vllm_bench.scenarios import SCENARIOS
 from vllm_bench.scenarios.base import BenchConfig, Context, NoProgress, Progress, ScenarioResult
@@ -129,6 +129,9 @@ async def run_benchmark(
         try:
             extra["serverHistograms"] = await asyncio.to_thread(
                 server_histograms, config.prometheus_url, config.model, started_at, finished_at
+            )
+            extra["serverState"] = await asyncio.to_thread(
+                server_state, config.prometheus_url, config.model, started_at, finished_at
             )
         except BenchError as exc:
             errors.append(error_record("prometheus", exc))

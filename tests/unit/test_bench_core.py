@@ -25,7 +25,7 @@ from vllm_bench.metrics import (
     counter_delta,
     parse_metrics,
 )
-from vllm_bench.promql import quantile_query
+from vllm_bench.promql import quantile_query, state_queries
 from vllm_bench.report import summary_tables, write_html, write_plots
 from vllm_bench.results import (
     build_document,
@@ -188,6 +188,26 @@ def test_prometheus_quantile_query() -> None:
         "histogram_quantile(0.95, sum by (le) "
         '(increase(vllm:time_to_first_token_seconds_bucket{model_name="tiny"}[42s])))'
     )
+
+
+def test_prometheus_server_state_queries() -> None:
+    assert state_queries("tiny", 9.5) == {
+        "requestsWaiting": {
+            "max": 'max(max_over_time(vllm:num_requests_waiting{model_name="tiny"}[10s]))',
+            "mean": 'avg(avg_over_time(vllm:num_requests_waiting{model_name="tiny"}[10s]))',
+        },
+        "requestsRunning": {
+            "max": 'max(max_over_time(vllm:num_requests_running{model_name="tiny"}[10s]))',
+            "mean": 'avg(avg_over_time(vllm:num_requests_running{model_name="tiny"}[10s]))',
+        },
+        "kvCacheUsage": {
+            "max": 'max(max_over_time(vllm:kv_cache_usage_perc{model_name="tiny"}[10s]))',
+            "mean": 'avg(avg_over_time(vllm:kv_cache_usage_perc{model_name="tiny"}[10s]))',
+        },
+        "preemptions": {
+            "total": 'sum(increase(vllm:num_preemptions_total{model_name="tiny"}[10s]))'
+        },
+    }
 
 
 # --- URL, arguments, budget ---------------------------------------------------------------
