@@ -60,6 +60,19 @@ DENIED_LONG_ARGS: tuple[str, ...] = tuple(
     )
 )
 _DENIED_CEL = "[" + ", ".join(f"'{o}'" for o in DENIED_LONG_ARGS) + "]"
+# Runner (vllm-bench run) flags the operator sets on the benchmark Job: where the load and the
+# service's API key go, what is measured, where the result is written, the time budget.
+# benchmark.args may neither name nor abbreviate them (argparse reads a unique prefix of a long
+# flag as that flag); render/benchmark.py also places the operator's own flags last.
+OWNED_RUNNER_ARGS: tuple[str, ...] = (
+    "--url",
+    "--model",
+    "--scenarios",
+    "--out",
+    "--max-duration-seconds",
+    "--api-key",
+)
+_RUNNER_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_RUNNER_ARGS) + "]"
 # a value that starts with a dash, which argparse reads as a value, not an option
 NEGATIVE_NUMBER = r"^-([0-9]+|[0-9]*[.][0-9]+)$"
 # Environment variables the Deployment renderer sets itself (render/deployment.py _env; a
@@ -364,6 +377,18 @@ def owned_flag(arg: str) -> str | None:
     return next((denied for denied in DENIED_LONG_ARGS if denied.startswith(key)), None)
 
 
+def owned_runner_flag(arg: str) -> str | None:
+    """The operator-owned runner flag `arg` sets, read as the runner's argparse reads it, or
+    None: a long flag or a prefix of one (`--ur=x`, `--` alone), before any `=`; every short
+    option (the runner has none but -h; argparse would try prefixes) unless a negative number."""
+    if arg.startswith("-") and not arg.startswith("--"):
+        return None if re.match(NEGATIVE_NUMBER, arg) else arg
+    if not arg.startswith("--"):
+        return None
+    key = arg.split("=", 1)[0]
+    return next((owned for owned in OWNED_RUNNER_ARGS if owned.startswith(key)), None)
+
+
 class ResourceSpec(_Model):
     """GPUs and host resources of one replica."""
 
@@ -648,7 +673,22 @@ class BenchmarkSpec(_Model):
     args: list[Annotated[str, Field(max_length=256)]] = Field(
         default_factory=list,
         max_length=32,
-        description="Extra runner arguments (workload sizes), e.g. [--requests, '64'].",
+        description="Extra runner arguments (workload sizes), e.g. [--requests, '64']. The "
+        f"flags the operator sets are refused ({', '.join(OWNED_RUNNER_ARGS)}), as are "
+        "prefixes of them and short options.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    # the same reading as owned_runner_flag()
+                    "self.all(a, !a.startsWith('-') || (a.startsWith('--') && "
+                    f"!{_RUNNER_CEL}.exists(o, o.startsWith(a.split('=')[0]))) || "
+                    f"a.matches('{NEGATIVE_NUMBER}'))",
+                    "benchmark.args must not set flags the operator sets ("
+                    + ", ".join(OWNED_RUNNER_ARGS)
+                    + "), a prefix of one, or a short option",
+                )
+            ]
+        },
     )
     timeout_seconds: int = Field(
         default=1200, ge=10, le=86_400, description="activeDeadlineSeconds of the Job."
@@ -662,6 +702,17 @@ class BenchmarkSpec(_Model):
         description="Report: set BenchmarkPassed=False. Rollback: also restore the previous "
         "revision that passed (until the spec changes again).",
     )
+
+    @model_validator(mode="after")
+    def _no_owned_runner_args(self) -> BenchmarkSpec:  # mirrors the CEL rule
+        for arg in self.args:
+            flag = owned_runner_flag(arg)
+            if flag is not None:
+                raise ValueError(
+                    f"benchmark.args: {arg}: sets {flag}, which the operator sets "
+                    f"({', '.join(OWNED_RUNNER_ARGS)}); short options are refused too"
+                )
+        return self
 
 
 class AlertThresholds(_Model):
@@ -999,6 +1050,24 @@ class BenchmarkStatus(_Model):
     )
 
 
+class AutoscalingStatus(_Model):
+    """The HorizontalPodAutoscaler as its controller last reported it."""
+
+    horizontal_pod_autoscaler: str | None = Field(default=None, description="The HPA's name.")
+    current_replicas: int | None = Field(default=None, description="Replicas the HPA saw.")
+    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants.")
+    metric: str | None = Field(default=None, description="The pods metric the HPA targets.")
+    current_average_value: str | None = Field(
+        default=None,
+        description="The metric's current per-pod value as the HPA read it (a quantity); "
+        "absent while the HPA cannot get it (see the AutoscalingActive condition).",
+    )
+    target_average_value: str | None = Field(
+        default=None, description="The per-pod target (autoscaling.targetQueueDepth)."
+    )
+    last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
+
+
 class VLLMServiceStatus(_Model):
     """Observed state, written by the operator."""
 
@@ -1017,8 +1086,12 @@ class VLLMServiceStatus(_Model):
     model: str | None = Field(default=None, description="The served model name.")
     revision: str | None = Field(default=None, description="Pod-template revision running.")
     benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="The autoscaler's state (when autoscaling is enabled)."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Progressing, Degraded, BenchmarkComplete, BenchmarkPassed.",
+        description="Ready, Progressing, Degraded, BenchmarkComplete, BenchmarkPassed, "
+        "AutoscalingActive (the HPA's ScalingActive), Monitoring.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

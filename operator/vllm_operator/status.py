@@ -240,6 +240,94 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
     return out, conds
 
 
+def _autoscaling(svc: Service, obs: Observed) -> tuple[dict[str, Any] | None, list[Cond]]:
+    """status.autoscaling and the AutoscalingActive condition: the HPA's own ScalingActive
+    condition (status, reason and message as the HPA controller wrote them), so that an
+    autoscaler without its metric ("no custom metrics API") shows on the service itself."""
+    if not svc.spec.autoscaling.enabled:
+        return None, []
+    hpa = obs.hpa
+    if hpa is None:
+        return None, [
+            Cond(
+                "AutoscalingActive",
+                "Unknown",
+                "HorizontalPodAutoscalerMissing",
+                f"the HorizontalPodAutoscaler {svc.name} is being created",
+            )
+        ]
+    st = hpa.get("status") or {}
+    pods_metrics = [m["pods"] for m in hpa.get("spec", {}).get("metrics", []) if "pods" in m]
+    metric = pods_metrics[0]["metric"]["name"] if pods_metrics else None
+    current = next(
+        (
+            m["pods"].get("current", {}).get("averageValue")
+            for m in st.get("currentMetrics") or []
+            if m.get("type") == "Pods" and m.get("pods", {}).get("metric", {}).get("name") == metric
+        ),
+        None,
+    )
+    out = {
+        k: v
+        for k, v in {
+            "horizontalPodAutoscaler": hpa["metadata"]["name"],
+            "currentReplicas": st.get("currentReplicas"),
+            "desiredReplicas": st.get("desiredReplicas"),
+            "metric": metric,
+            "currentAverageValue": current,
+            "targetAverageValue": (
+                pods_metrics[0].get("target", {}).get("averageValue") if pods_metrics else None
+            ),
+            "lastScaleTime": st.get("lastScaleTime"),
+        }.items()
+        if v is not None
+    }
+    active = next((c for c in st.get("conditions") or [] if c.get("type") == "ScalingActive"), None)
+    if active is None:
+        cond = Cond(
+            "AutoscalingActive",
+            "Unknown",
+            "Pending",
+            f"the HorizontalPodAutoscaler {hpa['metadata']['name']} has not been evaluated yet",
+        )
+    else:
+        cond = Cond(
+            "AutoscalingActive",
+            str(active.get("status", "Unknown")),
+            str(active.get("reason") or "Unknown"),
+            str(active.get("message") or ""),
+        )
+    return out, [cond]
+
+
+def _monitoring(svc: Service, crds: bool | None) -> list[Cond]:
+    """The Monitoring condition: the PrometheusRule/PodMonitor applied, or why not. `crds`:
+    whether the Prometheus Operator's CRDs are served (None: not looked at)."""
+    m = svc.spec.monitoring
+    if crds is None or not m.enabled:
+        return []
+    if crds:
+        return [
+            Cond(
+                "Monitoring",
+                "True",
+                "Rendered",
+                "PrometheusRule" + (" and PodMonitor" if m.pod_monitor else "") + " applied",
+            )
+        ]
+    return [
+        Cond(
+            "Monitoring",
+            "False",
+            "PrometheusOperatorMissing",
+            "the Prometheus Operator's CRDs (prometheusrules, podmonitors.monitoring.coreos.com) "
+            "are not installed: no PrometheusRule or PodMonitor for this service; install the "
+            "rules file deploy/monitoring/vllm-alerts.rules.yaml and the scrape configs "
+            "deploy/monitoring/prometheus-scrape-configs.yaml in your Prometheus instead",
+        )
+    ]
+
+
 def compute_status(
     svc: Service,
     obs: Observed,
@@ -249,6 +337,7 @@ def compute_status(
     *,
     bench: BenchView | None = None,
     revision: str | None = None,
+    monitoring_crds: bool | None = None,
 ) -> dict[str, Any]:
     conds, counts = _rollout(svc, obs)
     status: dict[str, Any] = {
@@ -260,6 +349,10 @@ def compute_status(
     }
     if revision:
         status["revision"] = revision
+    autoscaling, autoscaling_conds = _autoscaling(svc, obs)
+    if autoscaling is not None:
+        status["autoscaling"] = autoscaling
+    conds += autoscaling_conds + _monitoring(svc, monitoring_crds)
     if bench is not None:
         status["benchmark"], bench_conds = _benchmark(svc, bench)
         conds += bench_conds

@@ -470,3 +470,187 @@ def test_apply_failed_keeps_the_rest_of_the_status_and_other_conditions() -> Non
     }
     assert cond(st, "Ready")["observedGeneration"] == GEN
     assert cond(st, "Ready")["lastTransitionTime"] == T1
+
+
+# ---- autoscaling and monitoring ------------------------------------------------------------
+
+
+def hpa(
+    conditions: list[dict[str, Any]] | None, current: str | None = "20", **status_: Any
+) -> dict[str, Any]:
+    """The live HPA the operator renders (band metric, target 20), as its controller wrote it."""
+    metric = {"name": "vllm_operator:queue_depth_band"}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "minimal", "namespace": "ns"},
+        "spec": {
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": metric,
+                        "target": {"type": "AverageValue", "averageValue": "20"},
+                    },
+                }
+            ]
+        },
+        "status": {
+            **status_,
+            **({"conditions": conditions} if conditions is not None else {}),
+            **(
+                {
+                    "currentMetrics": [
+                        {
+                            "type": "Pods",
+                            "pods": {"metric": metric, "current": {"averageValue": current}},
+                        }
+                    ]
+                }
+                if current is not None
+                else {}
+            ),
+        },
+    }
+
+
+def scaled(spec: dict[str, Any] | None = None) -> Any:
+    return service("minimal", {"autoscaling": {"enabled": True}, **(spec or {})}, generation=GEN)
+
+
+NO_API = (
+    "the HPA was unable to compute the replica count: unable to get metric "
+    "vllm_operator:queue_depth_band: unable to fetch metrics from custom metrics API: "
+    "no custom metrics API (custom.metrics.k8s.io) registered"
+)
+
+
+def test_autoscaling_carries_the_hpas_own_scaling_active_and_numbers() -> None:
+    live = hpa(
+        [
+            {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
+            {
+                "type": "ScalingActive",
+                "status": "True",
+                "reason": "ValidMetricFound",
+                "message": "the HPA was able to successfully calculate a replica count from "
+                "pods metric vllm_operator:queue_depth_band",
+            },
+        ],
+        current="24",
+        currentReplicas=2,
+        desiredReplicas=3,
+        lastScaleTime="2030-01-01T00:04:00Z",
+    )
+    st = compute_status(scaled(), Observed(deployment(), hpa=live), {}, SETTINGS, T1)
+    assert st["autoscaling"] == {
+        "horizontalPodAutoscaler": "minimal",
+        "currentReplicas": 2,
+        "desiredReplicas": 3,
+        "metric": "vllm_operator:queue_depth_band",
+        "currentAverageValue": "24",
+        "targetAverageValue": "20",
+        "lastScaleTime": "2030-01-01T00:04:00Z",
+    }
+    assert cond(st, "AutoscalingActive") == {
+        "type": "AutoscalingActive",
+        "status": "True",
+        "reason": "ValidMetricFound",
+        "message": "the HPA was able to successfully calculate a replica count from pods "
+        "metric vllm_operator:queue_depth_band",
+        "lastTransitionTime": T1,
+        "observedGeneration": GEN,
+    }
+    assert cond(st, "Ready")["status"] == "True"  # the autoscaler does not gate serving
+
+
+def test_no_custom_metrics_api_shows_on_the_service() -> None:
+    live = hpa(
+        [
+            {
+                "type": "ScalingActive",
+                "status": "False",
+                "reason": "FailedGetPodsMetric",
+                "message": NO_API,
+            }
+        ],
+        current=None,
+        currentReplicas=2,
+        desiredReplicas=2,
+    )
+    old = {"conditions": [c("AutoscalingActive", "False", "FailedGetPodsMetric", NO_API)]}
+    st = compute_status(scaled(), Observed(deployment(), hpa=live), old, SETTINGS, T1)
+    assert st["autoscaling"] == {
+        "horizontalPodAutoscaler": "minimal",
+        "currentReplicas": 2,
+        "desiredReplicas": 2,
+        "metric": "vllm_operator:queue_depth_band",
+        "targetAverageValue": "20",
+    }
+    # unchanged: the transition time stays
+    assert cond(st, "AutoscalingActive") == {
+        **c("AutoscalingActive", "False", "FailedGetPodsMetric", NO_API),
+        "observedGeneration": GEN,
+    }
+
+
+@pytest.mark.parametrize(
+    ("live", "expected"),
+    [
+        (
+            None,
+            (
+                "Unknown",
+                "HorizontalPodAutoscalerMissing",
+                "the HorizontalPodAutoscaler minimal is being created",
+            ),
+        ),
+        (
+            hpa(None, current=None),
+            (
+                "Unknown",
+                "Pending",
+                "the HorizontalPodAutoscaler minimal has not been evaluated yet",
+            ),
+        ),
+    ],
+)
+def test_autoscaling_before_the_hpa_controller_has_spoken(
+    live: dict[str, Any] | None, expected: tuple[str, str, str]
+) -> None:
+    st = compute_status(scaled(), Observed(deployment(), hpa=live), {}, SETTINGS, T1)
+    assert brief(st)["AutoscalingActive"] == expected
+    if live is None:
+        assert "autoscaling" not in st
+
+
+def test_no_autoscaling_no_autoscaler_status() -> None:
+    st = compute_status(
+        service("minimal", generation=GEN), Observed(deployment()), {}, SETTINGS, T1
+    )
+    assert "autoscaling" not in st
+    assert "AutoscalingActive" not in brief(st)
+
+
+def test_monitoring_condition_says_whether_the_prometheus_operator_is_there() -> None:
+    def monitoring(svc: Any, crds: bool | None) -> tuple[str, str, str] | None:
+        st = compute_status(svc, Observed(deployment()), {}, SETTINGS, T1, monitoring_crds=crds)
+        return brief(st).get("Monitoring")
+
+    plain = service("minimal", generation=GEN)
+    assert monitoring(plain, True) == ("True", "Rendered", "PrometheusRule and PodMonitor applied")
+    assert monitoring(plain, False) == (
+        "False",
+        "PrometheusOperatorMissing",
+        (
+            "the Prometheus Operator's CRDs (prometheusrules, podmonitors.monitoring.coreos.com) "
+            "are not installed: no PrometheusRule or PodMonitor for this service; install the "
+            "rules file deploy/monitoring/vllm-alerts.rules.yaml and the scrape configs "
+            "deploy/monitoring/prometheus-scrape-configs.yaml in your Prometheus instead"
+        ),
+    )
+    assert monitoring(plain, None) is None  # not looked at
+    no_pod_monitor = service("minimal", {"monitoring": {"podMonitor": False}}, generation=GEN)
+    assert monitoring(no_pod_monitor, True) == ("True", "Rendered", "PrometheusRule applied")
+    off = service("minimal", {"monitoring": {"enabled": False}}, generation=GEN)
+    assert monitoring(off, False) is None
