@@ -35,10 +35,17 @@ PLURALS = {
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("v1", "Pod"): "pods",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrules",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
     (API_VERSION, "VLLMService"): PLURAL,
 }
 # Children whose existence depends on the spec; pruned when no longer rendered.
 PRUNABLE = (("autoscaling/v2", "HorizontalPodAutoscaler"), ("policy/v1", "PodDisruptionBudget"))
+# The Prometheus Operator's kinds: rendered, and pruned, only where its CRDs are served.
+MONITORING_PRUNABLE = (
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+)
 
 
 class ApplyError(RuntimeError):
@@ -153,6 +160,17 @@ class Writer:
             raise _failed(f"listing {kind}s", exc) from exc
         return list(out.get("items", []))
 
+    def serves(self, group_version: str, plurals: set[str]) -> bool:
+        """True when the API server serves every resource in `plurals` of `group_version`
+        (discovery, which every authenticated client may read: no RBAC on CRDs needed)."""
+        try:
+            out = self._call("GET", f"/apis/{group_version}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise _failed(f"discovering {group_version}", exc) from exc
+        return plurals <= {r.get("name") for r in out.get("resources", [])}
+
     def stamp(self, desired: dict[str, Any]) -> dict[str, Any]:
         """A copy of `desired` carrying a hash of itself in an annotation.
 
@@ -203,11 +221,16 @@ class Writer:
         return Change(kind, meta["name"], "created" if live is None else "updated")
 
     def prune(
-        self, namespace: str, service: str, owner_uid: str, keep: set[tuple[str, str]]
+        self,
+        namespace: str,
+        service: str,
+        owner_uid: str,
+        keep: set[tuple[str, str]],
+        kinds: tuple[tuple[str, str], ...] = PRUNABLE,
     ) -> list[Change]:
-        """Deletes children of `service` of the prunable kinds that were not rendered."""
+        """Deletes children of `service` of the prunable `kinds` that were not rendered."""
         changes = []
-        for api_version, kind in PRUNABLE:
+        for api_version, kind in kinds:
             for item in self.list_children(
                 api_version, kind, namespace, f"{SERVICE_LABEL}={service}"
             ):

@@ -94,6 +94,8 @@ def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome | None:
     else:
         metrics.RECONCILES.labels("ok").inc()
         metrics.record_runs(namespace, name, outcome.runs)
+        metrics.record_rollback(namespace, name, outcome.rolled_back_to)
+        metrics.record_autoscaler(namespace, name, outcome.scaling_active)
     return outcome
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vllm_operator import benchmarking
-from vllm_operator.apply import ApplyError, Change, Writer
+from vllm_operator.apply import MONITORING_PRUNABLE, PRUNABLE, ApplyError, Change, Writer
 from vllm_operator.benchmarking import history
 from vllm_operator.gates import Run, judge
 from vllm_operator.observe import observe
@@ -22,6 +22,7 @@ from vllm_operator.observed import BenchView
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import revision
 from vllm_operator.render.deployment import render_deployment, render_pod_template
+from vllm_operator.render.monitoring import MONITORING_API, render_monitoring
 from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service, VLLMServiceSpec
@@ -44,6 +45,10 @@ class Outcome:
     invalid: str | None = None
     # a request was refused or failed: reported in the status; the caller retries (back-off)
     failed: ApplyError | None = None
+    # for the operator's metrics (the alerts of render/monitoring.py use them): the revision
+    # restored by a rollback in effect, and the HPA's ScalingActive status (None: no HPA)
+    rolled_back_to: str | None = None
+    scaling_active: str | None = None
 
 
 def _now() -> str:
@@ -62,15 +67,18 @@ def describe(error: ValidationError) -> str:
 
 
 def render_children(
-    svc: Service, settings: OperatorSettings, live_replicas: int | None
+    svc: Service, settings: OperatorSettings, live_replicas: int | None, *, monitoring: bool = False
 ) -> list[dict[str, Any]]:
+    """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied."""
     rendered = [
         render_deployment(svc, settings, live_replicas),
         render_service(svc, settings),
         render_hpa(svc, settings),
         render_pdb(svc, settings),
     ]
-    return [m for m in rendered if m is not None]
+    return [m for m in rendered if m is not None] + (
+        render_monitoring(svc, settings) if monitoring else []
+    )
 
 
 def _write_status(
@@ -138,7 +146,10 @@ def _pipeline(
 
     live_dep = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
     live_replicas = (live_dep or {}).get("spec", {}).get("replicas")
-    desired = render_children(effective, settings, live_replicas)
+    # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are served;
+    # elsewhere the status says so (Monitoring=False) and nothing of theirs is touched
+    monitoring_crds = writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"})
+    desired = render_children(effective, settings, live_replicas, monitoring=monitoring_crds)
     changes: list[Change] = []
     for manifest in desired:
         # the Deployment was read above; apply() reads the other children itself
@@ -146,7 +157,13 @@ def _pipeline(
         if change is not None:
             changes.append(change)
     keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
-    changes += writer.prune(svc.namespace, svc.name, svc.uid, keep)
+    changes += writer.prune(
+        svc.namespace,
+        svc.name,
+        svc.uid,
+        keep,
+        PRUNABLE + (MONITORING_PRUNABLE if monitoring_crds else ()),
+    )
 
     deployment_unchanged = not any(c.kind == "Deployment" for c in changes)
     observed = observe(writer, svc, live_dep if deployment_unchanged else None)
@@ -184,12 +201,17 @@ def _pipeline(
         _now(),
         bench=bench,
         revision=rolled_back_to or rev,
+        monitoring_crds=monitoring_crds,
     )
     _write_status(writer, {"namespace": svc.namespace, "name": svc.name}, old_status, status)
+    hpa_conditions = (observed.hpa or {}).get("status", {}).get("conditions") or []
+    scaling = next((c for c in hpa_conditions if c.get("type") == "ScalingActive"), None)
     return Outcome(
         tuple(changes),
         tuple(_events(old_status, status, changes)),
         runs=tuple(runs),
+        rolled_back_to=rolled_back_to,
+        scaling_active=scaling.get("status") if scaling else None,
     )
 
 

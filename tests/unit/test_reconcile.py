@@ -163,3 +163,104 @@ def test_a_name_with_a_dot_is_an_invalid_spec_and_nothing_is_applied() -> None:
     assert out.invalid is not None
     assert out.invalid.startswith("metadata.name: ")
     assert [p for _, p in api.writes_made()] == [path + "/status"]
+
+
+MONITORING = "/apis/monitoring.coreos.com/v1"
+RULE_PATH = _path("monitoring.coreos.com/v1", "PrometheusRule", "ns", "minimal")
+POD_MONITOR_PATH = _path("monitoring.coreos.com/v1", "PodMonitor", "ns", "minimal")
+
+
+def with_prometheus_operator(api: FakeApi) -> None:
+    """The discovery document the API server serves once the Prometheus Operator's CRDs
+    are installed."""
+    api.put(
+        MONITORING,
+        {
+            "kind": "APIResourceList",
+            "groupVersion": "monitoring.coreos.com/v1",
+            "resources": [
+                {"name": "prometheusrules", "namespaced": True, "kind": "PrometheusRule"},
+                {"name": "podmonitors", "namespaced": True, "kind": "PodMonitor"},
+                {"name": "servicemonitors", "namespaced": True, "kind": "ServiceMonitor"},
+            ],
+        },
+    )
+
+
+def test_without_the_prometheus_operator_the_status_says_so_and_nothing_is_tried(
+    api: FakeApi,
+) -> None:
+    outcome = run(api)
+    assert outcome.failed is None
+    assert cond(stored(api), "Monitoring") == {
+        "type": "Monitoring",
+        "status": "False",
+        "reason": "PrometheusOperatorMissing",
+        "message": "the Prometheus Operator's CRDs (prometheusrules, "
+        "podmonitors.monitoring.coreos.com) are not installed: no PrometheusRule or PodMonitor "
+        "for this service; install the rules file deploy/monitoring/vllm-alerts.rules.yaml and "
+        "the scrape configs deploy/monitoring/prometheus-scrape-configs.yaml in your "
+        "Prometheus instead",
+        "lastTransitionTime": cond(stored(api), "Monitoring")["lastTransitionTime"],
+        "observedGeneration": 3,
+    }
+    # one discovery read, nothing listed, applied or pruned in the group
+    assert [r for r in api.requests if "monitoring.coreos.com" in r[1]] == [("GET", MONITORING)]
+
+
+def test_with_the_prometheus_operator_its_objects_are_applied_and_pruned(api: FakeApi) -> None:
+    with_prometheus_operator(api)
+    outcome = run(api)
+    assert {(c.kind, c.action) for c in outcome.changes} >= {
+        ("PrometheusRule", "created"),
+        ("PodMonitor", "created"),
+    }
+    assert api.objects[RULE_PATH]["metadata"]["ownerReferences"][0]["kind"] == "VLLMService"
+    assert api.objects[POD_MONITOR_PATH]["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    assert (
+        cond(stored(api), "Monitoring")["status"],
+        cond(stored(api), "Monitoring")["reason"],
+    ) == (
+        "True",
+        "Rendered",
+    )
+    # a resync writes nothing
+    before = len(api.writes_made())
+    assert run(api).changes == ()
+    assert len(api.writes_made()) == before
+    # monitoring switched off: both pruned, and the condition goes away
+    obj = stored(api)
+    obj["spec"]["monitoring"] = {"enabled": False}
+    obj["metadata"]["generation"] = 4
+    api.put(SVC_PATH, obj)
+    outcome = run(api)
+    assert {(c.kind, c.action) for c in outcome.changes} == {
+        ("PrometheusRule", "deleted"),
+        ("PodMonitor", "deleted"),
+    }
+    assert RULE_PATH not in api.objects
+    assert POD_MONITOR_PATH not in api.objects
+    assert cond(stored(api), "Monitoring") == {}
+
+
+def test_the_outcome_carries_the_autoscaler_state_for_the_operator_gauge(api: FakeApi) -> None:
+    obj = stored(api)
+    obj["spec"]["autoscaling"] = {"enabled": True}
+    api.put(SVC_PATH, obj)
+    assert run(api).scaling_active is None  # the HPA controller has not spoken yet
+    hpa_path = _path("autoscaling/v2", "HorizontalPodAutoscaler", "ns", "minimal")
+    live = api.objects[hpa_path]
+    live["status"] = {
+        "conditions": [
+            {
+                "type": "ScalingActive",
+                "status": "False",
+                "reason": "FailedGetPodsMetric",
+                "message": "no custom metrics API (custom.metrics.k8s.io) registered",
+            }
+        ]
+    }
+    outcome = run(api)
+    assert outcome.scaling_active == "False"
+    assert outcome.rolled_back_to is None
+    assert cond(stored(api), "AutoscalingActive")["reason"] == "FailedGetPodsMetric"
