@@ -31,12 +31,16 @@ def _namespace(given: str | None) -> str:
 
 
 def _out_dir(runner_args: list[str]) -> Path:
+    """The last --out, the one the runner's argparse keeps (the operator's, placed last)."""
+    out = None
     for i, arg in enumerate(runner_args):
         if arg == "--out" and i + 1 < len(runner_args):
-            return Path(runner_args[i + 1])
-        if arg.startswith("--out="):
-            return Path(arg.split("=", 1)[1])
-    raise SystemExit("vllm_benchjob: the runner arguments need --out DIR")
+            out = Path(runner_args[i + 1])
+        elif arg.startswith("--out="):
+            out = Path(arg.split("=", 1)[1])
+    if out is None:
+        raise SystemExit("vllm_benchjob: the runner arguments need --out DIR")
+    return out
 
 
 def fit(result: dict[str, Any]) -> str:

@@ -1,6 +1,11 @@
 """The benchmark step of the reconcile: reads the run history, starts the run of a finished
 rollout, supersedes runs of older revisions, records failed runs, prunes old results.
 
+A run is two ConfigMaps: the Job's (its result, its own state and message; the only object
+the Job may patch) and the operator's record (the spec, the verdict, and the state of a run the
+operator ended), which the Job cannot write: nothing the benchmark pod writes can pass a
+verdict or plant what a rollback deploys.
+
 Every write goes through the Writer (server-side apply, skipped when nothing changed), so a
 resync where nothing changed writes nothing here either.
 """
@@ -16,15 +21,18 @@ from vllm_operator.observed import JobState
 from vllm_operator.render.benchmark import (
     COMPONENT,
     MESSAGE_KEY,
+    RECORD_COMPONENT,
     RESULT_KEY,
     REVISION_LABEL,
     SPEC_KEY,
     STATE_KEY,
     VERDICT_FAILURES_KEY,
     VERDICT_KEY,
+    record_name,
     render_account,
     render_job,
     render_result_configmap,
+    render_run_record,
     run_name,
 )
 from vllm_operator.render.meta import SERVICE_LABEL
@@ -41,34 +49,71 @@ def _owned(obj: dict[str, Any], svc: Service) -> bool:
 
 
 def history(writer: Writer, svc: Service) -> list[Run]:
+    """The runs, oldest first: each run's ConfigMap (the Job's word: its result) joined with
+    its record (the operator's: spec, verdict, a state the operator decided). A result that is
+    not a JSON object fails the run, with the reason as its message (never a silent skip)."""
+    selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/name=vllm-bench"
+    items = [
+        cm
+        for cm in writer.list_children("v1", "ConfigMap", svc.namespace, selector)
+        if _owned(cm, svc)
+    ]
+    component = "app.kubernetes.io/component"
+    records = {
+        cm["metadata"]["name"]: cm.get("data") or {}
+        for cm in items
+        if cm["metadata"]["labels"].get(component) == RECORD_COMPONENT
+    }
     runs = []
-    for cm in writer.list_children("v1", "ConfigMap", svc.namespace, _selector(svc)):
-        if not _owned(cm, svc):
+    for cm in items:
+        if cm["metadata"]["labels"].get(component) != COMPONENT:
             continue
         data = cm.get("data") or {}
-        result = None
-        if RESULT_KEY in data:
-            try:
-                result = json.loads(data[RESULT_KEY])
-            except ValueError:
-                result = None
-        state = data.get(STATE_KEY, "Running")
-        if result is not None and state == "Running":
-            state = "Complete" if result.get("status") in ("ok", "partial") else "Failed"
+        record = records.get(record_name(cm["metadata"]["name"]), {})
+        result, state, message = _read_result(data)
+        if record.get(STATE_KEY):  # the operator ended this run: its word is final
+            state, message = record[STATE_KEY], record.get(MESSAGE_KEY, "")
         runs.append(
             Run(
                 revision=cm["metadata"]["labels"].get(REVISION_LABEL, ""),
                 name=cm["metadata"]["name"],
                 created=cm["metadata"].get("creationTimestamp", ""),
                 state=state,
-                spec_json=data.get(SPEC_KEY, ""),
+                spec_json=record.get(SPEC_KEY, ""),
                 result=result,
-                message=data.get(MESSAGE_KEY, "") or _runner_errors(result),
-                verdict=data.get(VERDICT_KEY),
-                verdict_failures=data.get(VERDICT_FAILURES_KEY, ""),
+                message=message,
+                verdict=record.get(VERDICT_KEY),
+                verdict_failures=record.get(VERDICT_FAILURES_KEY, ""),
             )
         )
     return sorted(runs, key=lambda r: r.created)
+
+
+def _read_result(data: dict[str, str]) -> tuple[dict[str, Any] | None, str, str]:
+    """(result, state, message) from the Job's ConfigMap."""
+    state = data.get(STATE_KEY, "Running")
+    if RESULT_KEY not in data:
+        return None, state, data.get(MESSAGE_KEY, "")
+    try:
+        result = json.loads(data[RESULT_KEY])
+    except ValueError as exc:
+        return None, "Failed", f"InvalidResult: result.json is not valid JSON ({exc})"
+    if not isinstance(result, dict):
+        return None, "Failed", "InvalidResult: result.json is not a JSON object"
+    if state == "Running":
+        state = "Complete" if result.get("status") in ("ok", "partial") else "Failed"
+    return result, state, data.get(MESSAGE_KEY, "") or _runner_errors(result)
+
+
+def _write_record(writer: Writer, svc: Service, run: Run, data: dict[str, str]) -> None:
+    """Merges `data` into the run's record; a run without one (recorded by an earlier
+    version, which kept everything in the Job's ConfigMap) gets one, without a spec."""
+    name = record_name(run.name)
+    if not writer.patch_configmap(svc.namespace, name, data):
+        record = render_run_record(svc, run.revision)
+        record["metadata"]["name"] = name
+        record["data"] = dict(data)
+        writer.apply(record)
 
 
 def _runner_errors(result: dict[str, Any] | None) -> str:
@@ -124,7 +169,8 @@ def step(
         # whose deterministic name makes a repeated create a no-op
         manifests = [*render_account(svc, rev), render_job(svc, settings, rev)]
         if start:
-            manifests.insert(0, render_result_configmap(svc, rev))
+            # the record before the run: a run exists only with the operator's record of it
+            manifests[:0] = [render_run_record(svc, rev), render_result_configmap(svc, rev)]
         for manifest in manifests:
             change = writer.apply(manifest)
             if change is not None:
@@ -145,10 +191,8 @@ def step(
                 if reason != "DeadlineExceeded"
                 else f"the benchmark ran past its deadline ({svc.spec.benchmark.timeout_seconds}s)"
             )
-            writer.patch_configmap(
-                svc.namespace,
-                recorded.name,
-                {STATE_KEY: "Failed", MESSAGE_KEY: f"{reason}: {message}"},
+            _write_record(
+                writer, svc, recorded, {STATE_KEY: "Failed", MESSAGE_KEY: f"{reason}: {message}"}
             )
     _prune(writer, svc, runs, keep=svc.spec.benchmark.keep_runs, protect={rev, *protect})
     return (_job_state(current) if current else None), changes
@@ -162,16 +206,15 @@ def _prune(writer: Writer, svc: Service, runs: list[Run], keep: int, protect: se
         if run.revision in protect:
             continue
         writer.delete("v1", "ConfigMap", svc.namespace, run.name)
+        writer.delete("v1", "ConfigMap", svc.namespace, record_name(run.name))
         excess -= 1
 
 
 def record_verdict(
     writer: Writer, svc: Service, run: Run, verdict: str, failed: tuple[str, ...]
 ) -> None:
-    """Writes the gates' verdict into the run's ConfigMap, once."""
-    writer.patch_configmap(
-        svc.namespace, run.name, {VERDICT_KEY: verdict, VERDICT_FAILURES_KEY: "; ".join(failed)}
-    )
+    """Writes the gates' verdict into the run's record, once."""
+    _write_record(writer, svc, run, {VERDICT_KEY: verdict, VERDICT_FAILURES_KEY: "; ".join(failed)})
 
 
 def _supersede(
@@ -195,9 +238,10 @@ def _supersede(
             # the history was read before this check; a result may have landed since
             fresh = writer.get("v1", "ConfigMap", svc.namespace, run.name) or {}
             if RESULT_KEY not in (fresh.get("data") or {}):
-                writer.patch_configmap(
-                    svc.namespace,
-                    run.name,
+                _write_record(
+                    writer,
+                    svc,
+                    run,
                     {
                         STATE_KEY: "Failed",
                         MESSAGE_KEY: "superseded by a newer rollout before it finished",

@@ -64,5 +64,7 @@ class BenchView:
     job: JobState | None = None
     failures: tuple[str, ...] | None = None  # None: no verdict (no thresholds or no result)
     rolled_back_to: str | None = None
+    # the run failed and a rollback was due, but its target's record is unusable: why
+    rollback_refused: str | None = None
     rollout_done: bool = False
     gated: bool = False  # the spec sets thresholds (the spec's, not a rolled-back one's)

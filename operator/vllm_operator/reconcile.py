@@ -20,7 +20,7 @@ from vllm_operator.gates import Run, judge
 from vllm_operator.observe import observe
 from vllm_operator.observed import BenchView
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.benchmark import revision
+from vllm_operator.render.benchmark import record_name, revision
 from vllm_operator.render.deployment import render_deployment, render_pod_template
 from vllm_operator.render.monitoring import MONITORING_API, render_monitoring
 from vllm_operator.render.service import render_service
@@ -81,6 +81,25 @@ def render_children(
     )
 
 
+def restorable(
+    svc: Service, run: Run, settings: OperatorSettings
+) -> tuple[Service | None, str | None]:
+    """`svc` with the spec recorded for `run`, when it parses and re-renders to the run's
+    revision (what was measured is what is deployed); else None and why not."""
+    where = f"the record of revision {run.revision} ({record_name(run.name)})"
+    if not run.spec_json:
+        return None, f"{where} holds no spec"
+    try:
+        spec = VLLMServiceSpec.model_validate_json(run.spec_json)
+    except ValidationError as exc:
+        return None, f"{where} does not parse: {describe(exc)}"
+    restored = svc.model_copy(update={"spec": spec})
+    rendered = revision(render_pod_template(restored, settings))
+    if rendered != run.revision:
+        return None, f"{where} renders revision {rendered}, not {run.revision}"
+    return restored, None
+
+
 def _write_status(
     writer: Writer, meta: dict[str, Any], old: dict[str, Any], new: dict[str, Any]
 ) -> None:
@@ -129,19 +148,16 @@ def _pipeline(
         if bench_on
         else None
     )
-    effective, rolled_back_to = svc, None
+    effective, rolled_back_to, refused = svc, None, None
     if verdict is not None and verdict.to_record is not None:
         current = next(r for r in runs if r.revision == rev)
         benchmarking.record_verdict(writer, svc, current, verdict.to_record, verdict.failures)
     if verdict is not None and verdict.rollback_to is not None:
         # the revision the spec asks for failed its gates when it was measured: run the last
         # one that passed until the spec changes again; the failed one is never re-applied
-        try:
-            old_spec = VLLMServiceSpec.model_validate_json(verdict.rollback_to.spec_json)
-        except ValidationError:
-            old_spec = None
-        if old_spec is not None:
-            effective = svc.model_copy(update={"spec": old_spec})
+        restored, refused = restorable(svc, verdict.rollback_to, settings)
+        if restored is not None:
+            effective = restored
             rolled_back_to = verdict.rollback_to.revision
 
     live_dep = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
@@ -190,6 +206,7 @@ def _pipeline(
             job=job,
             failures=verdict.failures if verdict is not None else None,
             rolled_back_to=rolled_back_to,
+            rollback_refused=refused,
             rollout_done=rollout_done,
             gated=svc.spec.benchmark.thresholds.any,
         )
@@ -238,6 +255,9 @@ def _events(old: dict[str, Any], new: dict[str, Any], changes: list[Change]) -> 
             continue
         if c["type"] == "Ready" and c["status"] == "True":
             events.append(Event("Normal", "Ready", c["message"]))
-        elif c["type"] == "Degraded" and c["status"] == "True":
+        elif (c["type"] == "Degraded" and c["status"] == "True") or (
+            c["type"] == "BenchmarkComplete"
+            and c["reason"] in ("BenchmarkFailed", "BenchmarkTimedOut")
+        ):
             events.append(Event("Warning", c["reason"], c["message"]))
     return events

@@ -368,6 +368,18 @@ def compute_status(
                     f"{bench.rolled_back_to} until the spec changes",
                 )
             )
+        elif bench.rollback_refused:
+            conds = [c for c in conds if c.type != "Degraded"]
+            conds.append(
+                Cond(
+                    "Degraded",
+                    "True",
+                    "RollbackRefused",
+                    f"revision {bench.revision} failed its benchmark gates "
+                    f"({'; '.join(bench.failures or ())}); not rolled back: "
+                    f"{bench.rollback_refused}",
+                )
+            )
     status["conditions"] = merge_conditions(old.get("conditions", []), conds, svc.generation, now)
     return status
 

@@ -95,6 +95,7 @@ SINGLE_SOURCE = "set exactly one of model.id (Hugging Face id), model.path or mo
 OWNED_ARG = "extraArgs must not set arguments the operator owns"
 SHORT_OPTION = "extraArgs must not use short options"
 NOT_A_LABEL = "metadata.name must be a DNS label"
+RUNNER_FLAG = "benchmark.args must not set flags the operator sets"
 
 CPU = {"gpus": 0, "cpu": "1", "memory": "4Gi"}
 
@@ -283,6 +284,23 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
             "-tp2",
         )
     ],
+    # runner flags the operator sets on the benchmark Job, and ways of spelling them
+    *[
+        (
+            f"benchmark-args-{arg}",
+            _set("spec.benchmark.args", ["--requests", "4", arg]),
+            ("spec.benchmark.args", RUNNER_FLAG),
+        )
+        for arg in (
+            "--url=http://elsewhere:8000",
+            "--ur",
+            "--model",
+            "--out=/x",
+            "--api-key",
+            "--",
+            "-x",
+        )
+    ],
 ]
 
 
@@ -336,6 +354,7 @@ def test_values_at_the_edge_of_each_rule_are_accepted(
             "-1",
         ]
     }
+    spec["benchmark"] = {"args": ["--requests", "4", "--max-rps=5", "--seed", "-1"]}
     res = kubectl_apply(cluster, namespace, manifest)
     assert res.returncode == 0, res.stderr
 

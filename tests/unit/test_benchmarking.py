@@ -11,7 +11,13 @@ from tests.unit.builders import service
 from tests.unit.fake_api import FakeApi
 from vllm_operator import benchmarking
 from vllm_operator.apply import _path
-from vllm_operator.render.benchmark import REVISION_LABEL, render_result_configmap, run_name
+from vllm_operator.render.benchmark import (
+    REVISION_LABEL,
+    record_name,
+    render_result_configmap,
+    render_run_record,
+    run_name,
+)
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 
@@ -42,7 +48,16 @@ def put_run(
     cm["metadata"]["ownerReferences"][0]["uid"] = owner
     cm["data"].update(data)
     api.put(cm_path(cm["metadata"]["name"]), cm)
+    rec = render_run_record(SVC, rev)
+    rec["metadata"]["creationTimestamp"] = created
+    rec["metadata"]["ownerReferences"][0]["uid"] = owner
+    api.put(cm_path(rec["metadata"]["name"]), rec)
     return str(cm["metadata"]["name"])
+
+
+def record(api: FakeApi, run: str) -> dict[str, str]:
+    """The operator's record of a run (the ConfigMap the Job cannot write)."""
+    return dict(api.objects[cm_path(record_name(run))]["data"])
 
 
 def put_job(api: FakeApi, rev: str, status: dict[str, Any]) -> str:
@@ -85,7 +100,7 @@ def test_history_reads_the_runs_of_this_service_oldest_first() -> None:
     assert [(r.revision, r.state) for r in runs] == [
         ("aaaaaaaaaa", "Failed"),
         ("bbbbbbbbbb", "Complete"),
-        ("cccccccccc", "Running"),  # an unreadable result is no result
+        ("cccccccccc", "Failed"),  # an unreadable result fails the run, saying why
     ]
     assert runs[1].headline.output_tokens_per_second == 5
 
@@ -96,7 +111,8 @@ def test_a_finished_rollout_starts_one_run_and_a_repeat_writes_nothing() -> None
     assert (job, changes, api.writes_made()) == (None, [], [])  # the rollout is not done
     job, changes = step(api, "aaaaaaaaaa")
     assert [(c.kind, c.action) for c in changes] == [
-        ("ConfigMap", "created"),
+        ("ConfigMap", "created"),  # the operator's record of the run
+        ("ConfigMap", "created"),  # the Job's result ConfigMap
         ("ServiceAccount", "created"),
         ("Role", "created"),
         ("RoleBinding", "created"),
@@ -140,7 +156,7 @@ def test_a_failed_job_is_recorded_in_its_run() -> None:
         },
     )
     step(api, "aaaaaaaaaa")
-    data = api.objects[cm_path(name)]["data"]
+    data = record(api, name)
     assert data["state"] == "Failed"
     assert data["message"] == "BackoffLimitExceeded: Job has reached the specified backoff limit"
 
@@ -154,7 +170,7 @@ def test_a_job_past_its_deadline_is_recorded_as_such() -> None:
         {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]},
     )
     step(api, "aaaaaaaaaa")
-    data = api.objects[cm_path(name)]["data"]
+    data = record(api, name)
     assert data["message"] == (
         f"DeadlineExceeded: the benchmark ran past its deadline "
         f"({SVC.spec.benchmark.timeout_seconds}s)"
@@ -166,7 +182,7 @@ def test_a_succeeded_job_without_a_result_is_a_failed_run_but_a_late_result_coun
     name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
     put_job(api, "aaaaaaaaaa", {"succeeded": 1})
     step(api, "aaaaaaaaaa")
-    assert api.objects[cm_path(name)]["data"]["state"] == "Failed"
+    assert record(api, name)["state"] == "Failed"
     # the same, but the result landed after the history was read: not marked failed
     api = FakeApi(SETTINGS)
     name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
@@ -174,7 +190,7 @@ def test_a_succeeded_job_without_a_result_is_a_failed_run_but_a_late_result_coun
     runs = benchmarking.history(api, SVC)
     api.objects[cm_path(name)]["data"]["result.json"] = ok(5)
     benchmarking.step(api, SVC, SETTINGS, "aaaaaaaaaa", runs, rollout_done=True, protect=set())
-    assert api.objects[cm_path(name)]["data"]["state"] == "Running"  # the result decides
+    assert "state" not in record(api, name)  # the result decides
 
 
 def test_a_newer_revision_supersedes_a_running_run_but_not_a_finished_one() -> None:
@@ -186,10 +202,10 @@ def test_a_newer_revision_supersedes_a_running_run_but_not_a_finished_one() -> N
     _, changes = step(api, "cccccccccc")
     assert ("Job", running, "deleted") in [(c.kind, c.name, c.action) for c in changes]
     assert job_path(running) not in api.objects
-    assert api.objects[cm_path(running)]["data"]["state"] == "Failed"
-    assert "superseded" in api.objects[cm_path(running)]["data"]["message"]
+    assert record(api, running)["state"] == "Failed"
+    assert "superseded" in record(api, running)["message"]
     assert job_path(done) in api.objects
-    assert api.objects[cm_path(done)]["data"]["state"] == "Running"  # its result stands
+    assert "state" not in record(api, done)  # its result stands
 
 
 def test_pruning_keeps_the_newest_runs_and_the_protected_ones() -> None:

@@ -1,5 +1,7 @@
-"""The benchmark of a rollout: its result ConfigMap, the Job that fills it, and the Job's
-ServiceAccount, Role and RoleBinding (it may only read and patch that one ConfigMap)."""
+"""The benchmark of a rollout: its result ConfigMap, the Job that fills it, the Job's
+ServiceAccount, Role and RoleBinding (it may only read and patch that one ConfigMap), and the
+run's record: a second ConfigMap, which the Job cannot write, holding what the operator
+decides (the revision's spec, what a rollback restores, and the verdict of the gates)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 
 COMPONENT = "benchmark"
+RECORD_COMPONENT = "benchmark-record"
 REVISION_LABEL = f"{GROUP}/revision"
 RESULT_KEY = "result.json"
 SPEC_KEY = "spec.json"
@@ -37,16 +40,23 @@ def run_name(svc: Service, rev: str) -> str:
     return f"{svc.name}-bench-{rev[:8]}"
 
 
+def record_name(run: str) -> str:
+    """The record of run `run`: a name the Job's Role does not grant."""
+    return f"{run}-record"
+
+
 def account_name(svc: Service) -> str:
     return f"{svc.name}-bench"
 
 
-def bench_labels(svc: Service, rev: str | None = None) -> dict[str, str]:
+def bench_labels(
+    svc: Service, rev: str | None = None, component: str = COMPONENT
+) -> dict[str, str]:
     # not the server's selector labels: the Service must never route to a benchmark pod
     out = {
         "app.kubernetes.io/name": "vllm-bench",
         "app.kubernetes.io/instance": svc.name,
-        "app.kubernetes.io/component": COMPONENT,
+        "app.kubernetes.io/component": component,
         "app.kubernetes.io/managed-by": MANAGED_BY,
         SERVICE_LABEL: svc.name,
     }
@@ -55,26 +65,37 @@ def bench_labels(svc: Service, rev: str | None = None) -> dict[str, str]:
     return out
 
 
-def _meta(svc: Service, name: str, rev: str | None = None) -> dict[str, Any]:
+def _meta(
+    svc: Service, name: str, rev: str | None = None, component: str = COMPONENT
+) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": svc.namespace,
-        "labels": bench_labels(svc, rev),
+        "labels": bench_labels(svc, rev, component),
         "ownerReferences": [owner_reference(svc)],
     }
 
 
 def render_result_configmap(svc: Service, rev: str) -> dict[str, Any]:
-    """Created before the Job: it records the spec of the revision (what a rollback restores)
-    and is where the Job writes the result; it outlives the Job (history)."""
+    """Created before the Job: where the Job writes the result; it outlives the Job (history).
+    Everything in it is the Job's word: the operator reads its result and nothing else."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(svc, run_name(svc, rev), rev),
-        "data": {
-            SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True),
-            STATE_KEY: "Running",
-        },
+        "data": {STATE_KEY: "Running"},
+    }
+
+
+def render_run_record(svc: Service, rev: str) -> dict[str, Any]:
+    """Created with the run, before the Job: the spec of the revision (what a rollback
+    restores, re-rendered and checked against `rev` first). The operator later merges the
+    verdict into it, and the state of a run it ended (superseded, no result)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(svc, record_name(run_name(svc, rev)), rev, RECORD_COMPONENT),
+        "data": {SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True)},
     }
 
 
@@ -107,9 +128,13 @@ def render_account(svc: Service, rev: str) -> list[dict[str, Any]]:
 
 
 def runner_args(svc: Service, settings: OperatorSettings) -> list[str]:
+    """The user's args first, the operator's flags last: argparse keeps the last value of a
+    flag, so even a runner flag the CRD does not know yet cannot redirect the load (and the
+    service's API key, sent as the bearer token) away from the service."""
     b = svc.spec.benchmark
     return [
         "run",
+        *b.args,
         "--url",
         endpoint(svc, settings).removesuffix("/v1"),
         "--model",
@@ -120,7 +145,6 @@ def runner_args(svc: Service, settings: OperatorSettings) -> list[str]:
         RESULTS_DIR,
         "--max-duration-seconds",
         str(max(b.timeout_seconds - RUNNER_DEADLINE_MARGIN_SECONDS, 5)),
-        *b.args,
     ]
 
 
