@@ -13,5 +13,5 @@ Flow: cli -> runner (checks, budget) -> scenarios/* (client, metrics, workload, 
 -> results (the versioned JSON document) -> report (terminal table, PNG plots, HTML).
 """
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: maxRps may be null (no cap), rounds/spread, warm-up, knee headline
 __version__ = "0.1.0"

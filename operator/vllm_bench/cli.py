@@ -76,6 +76,13 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
     return parse
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _scenario_list(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in SCENARIOS]
@@ -118,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     bounds.add_argument(
         "--max-rps",
         type=_positive(float),
-        default=100.0,
-        help="request starts per second at most (default 100); the ladder's top level needs "
-        "--max-concurrency starts within about one request latency",
+        default=None,
+        help="request starts per second at most (default: no cap; each phase's concurrency "
+        "paces the starts). A cap below what the server completes holds the ladder's top "
+        "levels below their concurrency (peakInFlight shows it)",
     )
     bounds.add_argument(
         "--timeout-seconds",
@@ -147,6 +155,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(int),
         default=16,
         help="requests per batching phase (default 16)",
+    )
+    sizes.add_argument(
+        "--warmup-requests",
+        type=_non_negative_int,
+        default=8,
+        help="requests sent at once and discarded before the first scenario (default 8; 0: none)",
+    )
+    sizes.add_argument(
+        "--rounds",
+        type=_positive(int),
+        default=1,
+        help="run batching, prefix and streaming this many times, interleaved; the summaries "
+        "hold the median and each scenario's `spread` the min/median/max/stdev (default 1)",
     )
     sizes.add_argument(
         "--input-tokens", type=_positive(int), default=128, help="prompt size, about (default 128)"
@@ -252,6 +273,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         wait_ready_seconds=args.wait_ready_seconds,
         metrics_interval_seconds=args.metrics_interval_seconds,
         prometheus_url=args.prometheus_url,
+        warmup_requests=args.warmup_requests,
+        rounds=args.rounds,
     )
 
 

@@ -42,13 +42,14 @@ class BenchError(Exception):
 
 class Budget:
     """Bounds the whole run: a wall-clock deadline (--max-duration-seconds) and a rate limit
-    on request starts (--max-rps). Request starts are spaced by 1/max_rps seconds; a start
+    on request starts (--max-rps, opt-in). Request starts are spaced by 1/max_rps seconds (not
+    at all without a cap: the concurrency of each phase is then the only pacing); a start
     that would fall after the deadline raises BenchError("deadline")."""
 
-    def __init__(self, max_duration_seconds: float, max_rps: float) -> None:
+    def __init__(self, max_duration_seconds: float, max_rps: float | None = None) -> None:
         self.max_duration_seconds = max_duration_seconds
         self.deadline = time.monotonic() + max_duration_seconds
-        self._interval = 1.0 / max_rps if max_rps > 0 else 0.0
+        self._interval = 1.0 / max_rps if max_rps else 0.0
         self._next_start = 0.0
 
     def remaining(self) -> float:

@@ -1,4 +1,5 @@
-"""The result document (schemaVersion "1"): built from what the runner measured, checked
+"""The result document (schemaVersion "2"; 2 made config.maxRps nullable and added rounds,
+spread, warm-up and the knee headline): built from what the runner measured, checked
 against schema/result.schema.json, written as result.json.
 
 The operator reads `status`, `headline` and the scenario summaries from it; the keys are
@@ -27,7 +28,9 @@ RESULT_FILE = "result.json"
 HEADLINE = {
     "kvCacheTokens": ("capacity", "kvCacheTokens"),
     "maxConcurrencyAtMaxModelLen": ("capacity", "maxConcurrencyAtMaxModelLen"),
-    "outputTokensPerSecond": ("batching", "concurrentOutputTokensPerSecond"),
+    # at the ladder's knee (where throughput saturates), not at a fixed number of requests
+    "outputTokensPerSecond": ("batching", "kneeOutputTokensPerSecond"),
+    "outputTokensPerSecondConcurrency": ("batching", "kneeConcurrency"),
     "batchingSpeedup": ("batching", "speedupOverSerial"),
     "prefixTtftSpeedup": ("prefix", "ttftSpeedup"),
     "prefixHitRate": ("prefix", "hitRate"),

@@ -1,6 +1,7 @@
 """One benchmark run: check the server (URL, served model names, version, cache
-configuration), size the prompts, run the scenarios in order within the run's budget, and
-return the result document. A scenario that fails is recorded in `errors` with what it
+configuration), size the prompts, send a discarded warm-up, run the scenarios in order
+(repeated in interleaved rounds with --rounds) within the run's budget, and return the result
+document. A scenario that fails is recorded in `errors` with what it
 measured until then; a connection failure or the deadline stops the run (every later request
 would fail the same way), and the scenarios not run are recorded as skipped.
 """
@@ -15,12 +16,20 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_bench import __version__
-from vllm_bench.client import BenchError, Budget, OpenAIClient
+from vllm_bench.client import BenchError, Budget, OpenAIClient, Request
 from vllm_bench.metrics import CACHE_CONFIG_INFO
 from vllm_bench.promql import server_histograms, server_state
 from vllm_bench.results import build_document, error_record
+from vllm_bench.rounds import ROUNDED_SCENARIOS, merge_summaries, summary_spread
 from vllm_bench.scenarios import SCENARIOS
-from vllm_bench.scenarios.base import BenchConfig, Context, NoProgress, Progress, ScenarioResult
+from vllm_bench.scenarios.base import (
+    BenchConfig,
+    Context,
+    NoProgress,
+    Progress,
+    ScenarioResult,
+    run_requests,
+)
 from vllm_bench.workload import SAMPLE_WORDS, PromptFactory
 
 STOPS_THE_RUN = {"connection", "deadline"}
@@ -89,6 +98,39 @@ async def _prepare(
     )
 
 
+async def _warm_up(ctx: Context, environment: dict[str, Any]) -> None:
+    """Requests of the run's shape, sent at once and thrown away: the first requests to a
+    server pay for cold paths (connections, allocator growth, lazily compiled kernels) that
+    would otherwise land in the serial baseline. A failure here is only noted: the scenarios
+    meet the same failure and report it as theirs."""
+    cfg = ctx.config
+    if cfg.warmup_requests <= 0 or not set(cfg.scenarios) - {"naive"}:
+        return
+    requests = [
+        Request(
+            max_tokens=cfg.output_tokens,
+            prompt=ctx.prompts.prompt(cfg.input_tokens),
+            temperature=cfg.temperature,
+        )
+        for _ in range(cfg.warmup_requests)
+    ]
+    discarded = ScenarioResult()
+    t0 = time.perf_counter()
+    try:
+        await run_requests(ctx, requests, len(requests), discarded, "warm-up")
+    except BenchError as exc:
+        environment["warmup"] = {
+            "requests": len(discarded.samples),
+            "seconds": round(time.perf_counter() - t0, 4),
+            "error": f"{exc.kind}: {exc.message}",
+        }
+        return
+    environment["warmup"] = {
+        "requests": len(discarded.samples),
+        "seconds": round(time.perf_counter() - t0, 4),
+    }
+
+
 async def run_benchmark(
     config: BenchConfig,
     progress: Progress | None = None,
@@ -119,6 +161,7 @@ async def run_benchmark(
     ) as client:
         try:
             ctx = await _prepare(client, config, environment, progress or NoProgress())
+            await _warm_up(ctx, environment)
         except BenchError as exc:
             errors.append(error_record("setup", exc))
         else:
@@ -146,6 +189,45 @@ async def run_benchmark(
     )
 
 
+async def _run_one(
+    ctx: Context, name: str, round_number: int, on_scenario_done: ScenarioDone | None
+) -> tuple[ScenarioResult, BenchError | None]:
+    result = ScenarioResult()
+    failure: BenchError | None = None
+    t0 = time.perf_counter()
+    try:
+        await SCENARIOS[name](ctx, result)
+    except BenchError as exc:
+        failure = exc
+    except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far
+        failure = BenchError("internal", f"{type(exc).__name__}: {exc}")
+    result.elapsed_seconds = time.perf_counter() - t0
+    if ctx.config.rounds > 1:
+        for sample in result.samples:
+            sample["round"] = round_number
+    if on_scenario_done:
+        on_scenario_done(
+            name if ctx.config.rounds == 1 else f"{name}#{round_number}", result, failure
+        )
+    return result, failure
+
+
+def scenario_document(rounds: list[ScenarioResult]) -> dict[str, Any]:
+    """One scenario's document from its rounds: one round as it is; several as the median
+    summary, every round's samples (tagged `round`), the last round's extra series, the
+    number of rounds and the spread of each figure."""
+    if len(rounds) == 1:
+        return rounds[0].as_document()
+    summaries = [r.summary for r in rounds]
+    merged = ScenarioResult(
+        summary=merge_summaries(summaries),
+        samples=[sample for r in rounds for sample in r.samples],
+        extra=rounds[-1].extra,
+        elapsed_seconds=sum(r.elapsed_seconds for r in rounds),
+    )
+    return {**merged.as_document(), "rounds": len(rounds), "spread": summary_spread(summaries)}
+
+
 async def _run_scenarios(
     ctx: Context,
     scenarios: dict[str, Any],
@@ -153,29 +235,28 @@ async def _run_scenarios(
     on_scenario_done: ScenarioDone | None,
 ) -> None:
     names = list(ctx.config.scenarios)
-    for position, name in enumerate(names):
-        result = ScenarioResult()
-        failure: BenchError | None = None
-        t0 = time.perf_counter()
-        try:
-            await SCENARIOS[name](ctx, result)
-        except BenchError as exc:
-            failure = exc
-        except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far
-            failure = BenchError("internal", f"{type(exc).__name__}: {exc}")
-        result.elapsed_seconds = time.perf_counter() - t0
-        scenarios[name] = result.as_document()
-        if failure:
+    done: dict[str, list[ScenarioResult]] = {}
+    failed: set[str] = set()
+    for round_number in range(1, ctx.config.rounds + 1):
+        for position, name in enumerate(names):
+            if name in failed or (round_number > 1 and name not in ROUNDED_SCENARIOS):
+                continue
+            result, failure = await _run_one(ctx, name, round_number, on_scenario_done)
+            if failure is None or name not in done:  # a failed later round keeps the others
+                done.setdefault(name, []).append(result)
+            scenarios[name] = scenario_document(done[name])
+            if failure is None:
+                continue
+            failed.add(name)
             errors.append(error_record(name, failure))
-        if on_scenario_done:
-            on_scenario_done(name, result, failure)
-        if failure and failure.kind in STOPS_THE_RUN:
-            for rest in names[position + 1 :]:
-                errors.append(
-                    {
-                        "scenario": rest,
-                        "kind": "skipped",
-                        "message": f"not run: the run stopped at a {failure.kind} error in {name}",
-                    }
-                )
-            return
+            if failure.kind in STOPS_THE_RUN:
+                for rest in names[position + 1 :] if round_number == 1 else []:
+                    errors.append(
+                        {
+                            "scenario": rest,
+                            "kind": "skipped",
+                            "message": f"not run: the run stopped at a {failure.kind} error "
+                            f"in {name}",
+                        }
+                    )
+                return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 
 
@@ -60,3 +61,16 @@ def knee(ladder: Sequence[tuple[int, float, float]]) -> int | None:
         if lat / lat_prev > thr / thr_prev:
             return c_prev
     return ladder[-1][0]
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:
+    """How repeated rounds of one figure spread: n, min, median, max and the sample standard
+    deviation (None with fewer than two values); None values (not measured) are left out."""
+    present = [v for v in values if v is not None]
+    return {
+        "n": len(present),
+        "min": min(present) if present else None,
+        "median": percentile(present, 50),
+        "max": max(present) if present else None,
+        "stdev": statistics.stdev(present) if len(present) > 1 else None,
+    }

@@ -35,11 +35,12 @@ from vllm_bench.results import (
     validation_errors,
     write_document,
 )
-from vllm_bench.runner import normalise_url
-from vllm_bench.scenarios.base import empty_counts
-from vllm_bench.scenarios.batching import ladder_levels, ladder_requests
+from vllm_bench.rounds import merge_summaries, summary_spread
+from vllm_bench.runner import normalise_url, scenario_document
+from vllm_bench.scenarios.base import ScenarioResult, empty_counts
+from vllm_bench.scenarios.batching import ladder_levels, ladder_requests, saturation_point
 from vllm_bench.scenarios.capacity import max_sequences
-from vllm_bench.stats import distribution, knee, peak_overlap, percentile
+from vllm_bench.stats import distribution, knee, peak_overlap, percentile, spread
 from vllm_bench.workload import PromptFactory
 
 METRICS_TEXT = (Path(__file__).parent / "bench_data" / "vllm-0.32-metrics.txt").read_text()
@@ -252,7 +253,8 @@ def test_arguments() -> None:
     config = config_from_args(args)
     assert config.scenarios == ("prefix", "capacity")  # order kept, duplicates dropped
     assert config.max_duration_seconds == 600
-    assert config.max_rps == 100
+    assert config.max_rps is None  # no default cap: the concurrency paces the starts
+    assert (config.warmup_requests, config.rounds) == (8, 1)
     assert config.as_document()["maxDurationSeconds"] == 600
     with pytest.raises(SystemExit):
         parser.parse_args(
@@ -446,6 +448,8 @@ def synthetic_document(errors: list[dict[str, str]] | None = None) -> dict[str, 
                 "ttftP50Seconds": 0.1,
                 "ladder": ladder,
                 "kneeConcurrency": 8,
+                "kneeOutputTokensPerSecond": 1200.0,
+                "kneeSaturated": True,
                 "peakQueueDepth": 3.0,
                 "peakRunning": 16.0,
                 "preemptions": 0,
@@ -542,13 +546,14 @@ def synthetic_document(errors: list[dict[str, str]] | None = None) -> dict[str, 
 def test_a_complete_document_validates_and_has_the_headline() -> None:
     doc = synthetic_document()
     assert validation_errors(doc) == []
-    assert doc["schemaVersion"] == "1"
+    assert doc["schemaVersion"] == "2"
     assert doc["status"] == "ok"
     assert doc["startedAt"] == "2023-11-14T22:13:20.000Z"
     assert doc["headline"] == {
         "kvCacheTokens": 262144,
         "maxConcurrencyAtMaxModelLen": 128,
-        "outputTokensPerSecond": 900.0,
+        "outputTokensPerSecond": 1200.0,  # at the knee (8), not the 16 sent at once (900)
+        "outputTokensPerSecondConcurrency": 8,
         "batchingSpeedup": 6.0,
         "prefixTtftSpeedup": 3.0,
         "prefixHitRate": 0.9527,
@@ -559,7 +564,7 @@ def test_a_complete_document_validates_and_has_the_headline() -> None:
 
 def test_the_schema_catches_broken_documents() -> None:
     doc = synthetic_document()
-    doc["schemaVersion"] = "2"
+    doc["schemaVersion"] = "1"  # a version-1 reader must not take a version-2 document
     doc["status"] = "fine"
     doc["scenarios"]["batching"]["summary"]["speedupOverSerial"] = "fast"
     doc["scenarios"]["prefix"]["summary"]["hitRatio"] = 0.9  # a misspelt key
@@ -633,3 +638,110 @@ def test_report_skips_plots_without_data(tmp_path: Path) -> None:
         "prefix_ttft.png",
         "token_timeline.png",
     ]
+
+
+# --- GPU-rate method (issue 13): knee headline, rounds and their spread ---------------------
+
+
+def _ladder(points: list[tuple[int, float, float]]) -> list[dict[str, Any]]:
+    return [
+        {"concurrency": c, "outputTokensPerSecond": thr, "latencyP50Seconds": lat}
+        for c, thr, lat in points
+    ]
+
+
+def test_headline_throughput_is_taken_at_the_knee_of_the_ladder() -> None:
+    # Llama-3-8B-like: doubling concurrency nearly doubles throughput up to 8; from 8 to 16
+    # latency grows x1.9 while throughput grows x1.1: saturated at 8
+    ladder = _ladder(
+        [(1, 189.0, 0.17), (2, 364.0, 0.18), (4, 705.0, 0.18), (8, 1232.0, 0.21),
+         (16, 1350.0, 0.40), (32, 1400.0, 0.80)]
+    )  # fmt: skip
+    assert saturation_point(ladder) == {
+        "kneeConcurrency": 8,
+        "kneeOutputTokensPerSecond": 1232.0,
+        "kneeSaturated": True,
+    }
+
+
+def test_an_unsaturated_ladder_reports_its_top_and_says_so() -> None:
+    # the H200 ladder of GPU.md: throughput still grows as fast as latency at 32
+    ladder = _ladder(
+        [(1, 189.0, 0.17), (2, 364.0, 0.176), (4, 705.0, 0.18), (8, 1232.0, 0.21),
+         (16, 2168.0, 0.24), (32, 3324.0, 0.31)]
+    )  # fmt: skip
+    assert saturation_point(ladder) == {
+        "kneeConcurrency": 32,
+        "kneeOutputTokensPerSecond": 3324.0,
+        "kneeSaturated": False,
+    }
+    # levels that measured nothing are left out; no level at all gives no knee
+    unmeasured = [*ladder[:2], {**ladder[2], "outputTokensPerSecond": None}]
+    assert saturation_point(unmeasured)["kneeConcurrency"] == 2
+    assert saturation_point([]) == {
+        "kneeConcurrency": None,
+        "kneeOutputTokensPerSecond": None,
+        "kneeSaturated": None,
+    }
+
+
+def test_spread_of_rounds() -> None:
+    assert spread([100.0, 110.0, 90.0]) == {
+        "n": 3, "min": 90.0, "median": 100.0, "max": 110.0, "stdev": 10.0,
+    }  # fmt: skip
+    assert spread([5.0, None]) == {"n": 1, "min": 5.0, "median": 5.0, "max": 5.0, "stdev": None}
+    assert spread([]) == {"n": 0, "min": None, "median": None, "max": None, "stdev": None}
+
+
+def test_rounds_merge_to_medians_and_record_their_spread() -> None:
+    rounds = [
+        {"serialOutputTokensPerSecond": 180.0, "kneeConcurrency": 32, "preemptions": 0,
+         "emptyCompletions": 1, "kneeSaturated": False,
+         "ladder": [{"concurrency": 1, "outputTokensPerSecond": 180.0}]},
+        {"serialOutputTokensPerSecond": 190.0, "kneeConcurrency": 16, "preemptions": 2,
+         "emptyCompletions": 0, "kneeSaturated": True,
+         "ladder": [{"concurrency": 1, "outputTokensPerSecond": 200.0}]},
+        {"serialOutputTokensPerSecond": 200.0, "kneeConcurrency": 32, "preemptions": None,
+         "emptyCompletions": 0, "kneeSaturated": False,
+         "ladder": [{"concurrency": 1, "outputTokensPerSecond": 190.0}]},
+    ]  # fmt: skip
+    assert merge_summaries(rounds) == {
+        "serialOutputTokensPerSecond": 190.0,
+        "kneeConcurrency": 32,  # integers keep the lower median: an integer
+        "preemptions": 2,  # counts add up over the rounds
+        "emptyCompletions": 1,
+        "kneeSaturated": False,  # not a number: the last round's
+        "ladder": [{"concurrency": 1, "outputTokensPerSecond": 190.0}],
+    }
+    assert summary_spread(rounds) == {
+        "serialOutputTokensPerSecond": {
+            "n": 3, "min": 180.0, "median": 190.0, "max": 200.0, "stdev": 10.0,
+            "values": [180.0, 190.0, 200.0],
+        },
+        "kneeConcurrency": {
+            "n": 3, "min": 16, "median": 32.0, "max": 32, "stdev": pytest.approx(9.2376, abs=1e-4),
+            "values": [32, 16, 32],
+        },
+    }  # fmt: skip
+
+
+def test_a_document_of_several_rounds_validates() -> None:
+    doc = synthetic_document()
+    batching = doc["scenarios"]["batching"]
+    first = ScenarioResult(summary=dict(batching["summary"]), samples=batching["samples"][:2])
+    second = ScenarioResult(
+        summary={**batching["summary"], "kneeOutputTokensPerSecond": 1300.0},
+        samples=batching["samples"][2:4],
+    )
+    for n, r in enumerate((first, second), start=1):
+        for sample in r.samples:
+            sample["round"] = n
+    doc["scenarios"]["batching"] = scenario_document([first, second])
+    doc["config"] |= {"maxRps": None, "warmupRequests": 8, "rounds": 2}
+    doc["environment"]["warmup"] = {"requests": 8, "seconds": 0.4}
+    assert validation_errors(doc) == []
+    merged = doc["scenarios"]["batching"]
+    assert merged["rounds"] == 2
+    assert merged["summary"]["kneeOutputTokensPerSecond"] == 1250.0
+    assert merged["spread"]["kneeOutputTokensPerSecond"]["values"] == [1200.0, 1300.0]
+    assert [s["round"] for s in merged["samples"]] == [1, 1, 2, 2]

@@ -25,7 +25,9 @@ class BenchConfig:
     scenarios: tuple[str, ...]
     out: str
     max_duration_seconds: float = 600.0
-    max_rps: float = 100.0
+    # None: no rate cap. A default cap of 100 starts/s held a GPU server at 25 of 32 requests
+    # in flight and halved its measured throughput (issue 13); the concurrency paces instead.
+    max_rps: float | None = None
     timeout_seconds: float = 120.0
     requests: int = 16
     input_tokens: int = 128
@@ -44,6 +46,8 @@ class BenchConfig:
     wait_ready_seconds: float = 0.0
     metrics_interval_seconds: float = 0.25
     prometheus_url: str | None = None
+    warmup_requests: int = 8  # sent and discarded before the first scenario
+    rounds: int = 1  # each scenario in ROUNDED_SCENARIOS runs this often, interleaved
 
     def as_document(self) -> dict[str, Any]:
         """camelCase keys, as in the result document."""

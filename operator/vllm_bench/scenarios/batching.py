@@ -5,12 +5,15 @@ Three phases of requests with the same shape (input about --input-tokens, exactl
 a serial baseline (one request after another), the same number of requests submitted at
 once, and a concurrency ladder 1, 2, 4, ... up to --max-concurrency (ladder_requests per
 level). Reported: output tokens/s, requests/s, latency percentiles, the speed-up of concurrent
-over serial, the knee of the ladder (stats.knee), and from /metrics the preemptions during the
-scenario and the peak queue depth, polled while the ladder runs (its top level is meant to go
-past the server's --max-num-seqs).
+over serial, the knee of the ladder (stats.knee) and the throughput there (the run's
+headline: where the ladder says throughput saturates, not a fixed number of requests), and
+from /metrics the preemptions during the scenario and the peak queue depth, polled while the
+ladder runs (its top level is meant to go past the server's --max-num-seqs).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from vllm_bench.client import BenchError, Request
 from vllm_bench.metrics import POLLED, PREEMPTIONS, MetricsPoller, counter_delta
@@ -64,6 +67,25 @@ def _point(phase: PhaseResult, concurrency: int) -> dict[str, float | int | None
     }
 
 
+def saturation_point(ladder: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ladder point the headline throughput is taken at: its knee (stats.knee), the
+    throughput measured there, and whether the ladder saturated at all (False: throughput
+    still grew as fast as latency at the top level, so the knee is the top of the ladder and
+    a longer ladder would report more)."""
+    points = [
+        (p["concurrency"], p["outputTokensPerSecond"], p["latencyP50Seconds"])
+        for p in ladder
+        if p["outputTokensPerSecond"] is not None and p["latencyP50Seconds"]
+    ]
+    at = knee(points)
+    tokens = next((thr for c, thr, _ in points if c == at), None)
+    return {
+        "kneeConcurrency": at,
+        "kneeOutputTokensPerSecond": tokens,
+        "kneeSaturated": None if at is None else at != points[-1][0],
+    }
+
+
 async def run(ctx: Context, result: ScenarioResult) -> None:
     cfg = ctx.config
     s = result.summary
@@ -103,13 +125,7 @@ async def run(ctx: Context, result: ScenarioResult) -> None:
                     concurrency=c,
                 )
                 s["ladder"].append(_point(phase, c))
-        s["kneeConcurrency"] = knee(
-            [
-                (p["concurrency"], p["outputTokensPerSecond"], p["latencyP50Seconds"])
-                for p in s["ladder"]
-                if p["outputTokensPerSecond"] is not None and p["latencyP50Seconds"]
-            ]
-        )
+        s.update(saturation_point(s["ladder"]))
     finally:
         result.samples.sort(key=lambda r: (r["phase"], r["index"]))
         result.extra["serverTimeline"] = poller.timeline
