@@ -10,7 +10,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtensionOID, NameOID
 
 from vllm_localenv import pki
-from vllm_localenv.cluster import Ports, _is_ours, _Proc, _start_ticks, pinned_versions
+from vllm_localenv.cluster import Ports, _is_ours, _Proc, _start_ticks, _State, pinned_versions
 
 
 def test_pki_issues_certificates_signed_by_the_ca(tmp_path: Path) -> None:
@@ -53,7 +53,13 @@ def test_process_identity_needs_pid_start_time_and_binary() -> None:
 
 def test_free_ports_are_distinct() -> None:
     ports = Ports.free()
-    assert len(set(ports.named().values())) == 4
+    # etcd client and peer, apiserver, kwok, Prometheus, prometheus-adapter
+    assert len(set(ports.named().values())) == 6
+
+
+def test_a_state_file_from_before_the_metrics_pipeline_still_loads() -> None:
+    old = '{"ports": {"etcd_client": 1, "etcd_peer": 2, "apiserver": 3, "kwok": 4}, "procs": []}'
+    assert _State.load(old).ports == Ports(1, 2, 3, 4, prometheus=19090, adapter=16444)
 
 
 def test_pins() -> None:
