@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from vllm_operator.apply import Change, Writer
-from vllm_operator.gates import Run
+from vllm_operator.gates import Run, last_passing, previous_passing
 from vllm_operator.observed import JobState
 from vllm_operator.render.benchmark import (
     COMPONENT,
@@ -150,16 +150,19 @@ def step(
     rollout_done: bool,
     protect: set[str],
 ) -> tuple[JobState | None, list[Change]]:
-    """Starts, supersedes and records runs; returns the current revision's Job state."""
+    """Starts, supersedes and records runs; returns the current run's Job state. The current
+    run is the one named for the revision and the rerun annotation (run_name); `protect`:
+    names of runs the pruning must keep (a rollback's target)."""
     changes: list[Change] = []
     jobs = [
         j
         for j in writer.list_children("batch/v1", "Job", svc.namespace, _selector(svc))
         if _owned(j, svc)
     ]
-    changes += _supersede(writer, svc, rev, jobs, runs)
-    current = next((j for j in jobs if j["metadata"]["name"] == run_name(svc, rev)), None)
-    recorded = next((r for r in runs if r.revision == rev), None)
+    name = run_name(svc, rev)
+    changes += _supersede(writer, svc, name, jobs, runs)
+    current = next((j for j in jobs if j["metadata"]["name"] == name), None)
+    recorded = next((r for r in runs if r.name == name), None)
     start = recorded is None and rollout_done
     # a start interrupted between the ConfigMap and the Job (operator restart) is completed
     resume = recorded is not None and recorded.state == "Running" and current is None
@@ -194,20 +197,31 @@ def step(
             _write_record(
                 writer, svc, recorded, {STATE_KEY: "Failed", MESSAGE_KEY: f"{reason}: {message}"}
             )
-    _prune(writer, svc, runs, keep=svc.spec.benchmark.keep_runs, protect={rev, *protect})
+    for run in runs_to_prune(runs, rev, name, svc.spec.benchmark.keep_runs, protect):
+        writer.delete("v1", "ConfigMap", svc.namespace, run.name)
+        writer.delete("v1", "ConfigMap", svc.namespace, record_name(run.name))
     return (_job_state(current) if current else None), changes
 
 
-def _prune(writer: Writer, svc: Service, runs: list[Run], keep: int, protect: set[str]) -> None:
+def runs_to_prune(
+    runs: list[Run], rev: str, current: str, keep: int, protect: set[str]
+) -> list[Run]:
+    """The oldest runs beyond `keep`, never the current run, the runs in `protect`, the last
+    run that passed, or the current revision's baseline (the newest passing run of another
+    revision: its rollback target and regression baseline): with keepRuns 1, a failing
+    revision still has something to roll back to. Pure: the decision, not the deletes."""
+    kept = {current, *protect}
+    kept |= {r.name for r in (last_passing(runs), previous_passing(runs, rev)) if r is not None}
     excess = len(runs) - keep
+    out = []
     for run in runs:  # oldest first
         if excess <= 0:
             break
-        if run.revision in protect:
+        if run.name in kept:
             continue
-        writer.delete("v1", "ConfigMap", svc.namespace, run.name)
-        writer.delete("v1", "ConfigMap", svc.namespace, record_name(run.name))
+        out.append(run)
         excess -= 1
+    return out
 
 
 def record_verdict(
@@ -218,17 +232,21 @@ def record_verdict(
 
 
 def _supersede(
-    writer: Writer, svc: Service, rev: str, jobs: list[dict[str, Any]], runs: list[Run]
+    writer: Writer, svc: Service, current: str, jobs: list[dict[str, Any]], runs: list[Run]
 ) -> list[Change]:
-    """Stops runs of older revisions still going and records why."""
+    """Stops runs still going other than `current` (older revisions, an earlier re-run of
+    this one) and records why."""
     changes: list[Change] = []
-    # a newer rollout supersedes a run still going for an older revision (one that has
-    # published its result is finished, even if its Job has not been marked so yet)
-    by_revision = {r.revision: r for r in runs}
+    # a newer rollout or re-run supersedes a run still going (one that has published its
+    # result is finished, even if its Job has not been marked so yet)
+    by_name = {r.name: r for r in runs}
     for job in jobs:
-        job_rev = job["metadata"]["labels"].get(REVISION_LABEL, "")
-        run = by_revision.get(job_rev)
-        if job_rev == rev or not _job_state(job).active or (run and run.state != "Running"):
+        run = by_name.get(job["metadata"]["name"])
+        if (
+            job["metadata"]["name"] == current
+            or not _job_state(job).active
+            or (run and run.state != "Running")
+        ):
             continue
         if writer.delete(
             "batch/v1", "Job", svc.namespace, job["metadata"]["name"], propagation="Foreground"
@@ -244,7 +262,7 @@ def _supersede(
                     run,
                     {
                         STATE_KEY: "Failed",
-                        MESSAGE_KEY: "superseded by a newer rollout before it finished",
+                        MESSAGE_KEY: "superseded by a newer rollout or re-run before it finished",
                     },
                 )
     return changes

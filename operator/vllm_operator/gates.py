@@ -121,14 +121,34 @@ class Verdict:
         return not self.failures
 
 
-def judge(runs: list[Run], revision: str, t: BenchmarkThresholds, rollback: bool) -> Verdict | None:
-    """The gates on `revision`'s completed run (None while there is none).
+def last_passing(runs: list[Run]) -> Run | None:
+    """The newest completed run that passed: kept by the pruning whatever keepRuns says."""
+    return next((r for r in reversed(runs) if r.state == "Complete" and r.verdict == PASSED), None)
+
+
+def judge(
+    runs: list[Run],
+    revision: str,
+    t: BenchmarkThresholds,
+    rollback: bool,
+    *,
+    name: str | None = None,
+) -> Verdict | None:
+    """The gates on `revision`'s completed run (None while there is none); `name`: that run
+    (the revision's newest run, a re-run, is the one judged), else the revision's first.
 
     A run is judged for good once, when its result arrives, with the thresholds of that
     moment; that recorded verdict alone triggers a rollback, so tightening thresholds later
     reports (BenchmarkPassed=False) but never rolls back a revision that passed.
     """
-    current = next((r for r in runs if r.revision == revision and r.state == "Complete"), None)
+    current = next(
+        (
+            r
+            for r in runs
+            if r.revision == revision and r.state == "Complete" and name in (None, r.name)
+        ),
+        None,
+    )
     if current is None:
         return None
     baseline = previous_passing(runs, revision)

@@ -102,6 +102,8 @@ def _run(raw: Mapping[str, Any], memo: kopf.Memo) -> Outcome | None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+# the rerun-benchmark annotation (spec.RERUN_ANNOTATION) starts a run now, not at the resync
+@kopf.on.update(GROUP, VERSION, PLURAL, field="metadata.annotations")
 def on_spec(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
     outcome = _run(body, memo)
     if outcome is not None and outcome.invalid is not None:  # in the status; a fix is an update

@@ -60,6 +60,7 @@ class BenchView:
     """What the status needs to know about benchmarking (see benchmarking.py)."""
 
     revision: str  # the revision the spec asks for
+    run_name: str = ""  # its current run (the rerun annotation picks a new one); "": any
     runs: tuple[Any, ...] = ()  # gates.Run, oldest first
     job: JobState | None = None
     failures: tuple[str, ...] | None = None  # None: no verdict (no thresholds or no result)

@@ -20,7 +20,7 @@ from vllm_operator.gates import Run, judge
 from vllm_operator.observe import observe
 from vllm_operator.observed import BenchView
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.benchmark import record_name, revision
+from vllm_operator.render.benchmark import record_name, revision, run_name
 from vllm_operator.render.deployment import render_deployment, render_pod_template
 from vllm_operator.render.monitoring import MONITORING_API, render_monitoring
 from vllm_operator.render.service import render_service
@@ -138,19 +138,21 @@ def _pipeline(
     bench_on = svc.spec.benchmark.enabled
     runs = history(writer, svc) if bench_on else []
     rev = revision(render_pod_template(svc, settings))
+    run = run_name(svc, rev)  # the current run: the revision's, or its re-run's
     verdict = (
         judge(
             runs,
             rev,
             svc.spec.benchmark.thresholds,
             rollback=svc.spec.benchmark.on_failure == "Rollback",
+            name=run,
         )
         if bench_on
         else None
     )
     effective, rolled_back_to, refused = svc, None, None
     if verdict is not None and verdict.to_record is not None:
-        current = next(r for r in runs if r.revision == rev)
+        current = next(r for r in runs if r.name == run)
         benchmarking.record_verdict(writer, svc, current, verdict.to_record, verdict.failures)
     if verdict is not None and verdict.rollback_to is not None:
         # the revision the spec asks for failed its gates when it was measured: run the last
@@ -195,13 +197,16 @@ def _pipeline(
             rev,
             runs,
             rollout_done=rollout_done,
-            protect={rolled_back_to} if rolled_back_to else set(),
+            protect={verdict.rollback_to.name}
+            if verdict is not None and verdict.rollback_to is not None
+            else set(),
         )
         changes += bench_changes
         if bench_changes or (job is not None and not job.active):
             runs = history(writer, svc)  # the run just started or just ended
         bench = BenchView(
             revision=rev,
+            run_name=run,
             runs=tuple(runs),
             job=job,
             failures=verdict.failures if verdict is not None else None,

@@ -79,6 +79,8 @@ NEGATIVE_NUMBER = r"^-([0-9]+|[0-9]*[.][0-9]+)$"
 # unit test checks this list against what it renders): a user entry with one of these names
 # would duplicate it, which server-side apply refuses ("duplicate entries for key").
 RESERVED_ENV: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HOST_IP")
+# Setting it (any new value) starts a fresh benchmark run of the current revision
+RERUN_ANNOTATION = "serving.vllm-operator.dev/rerun-benchmark"
 # metadata.name: the children (a Service above all) need an RFC 1035 label: no dots
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # an extended resource name: a DNS subdomain prefix, a slash, a name (no spaces)
@@ -992,6 +994,8 @@ class Service(_Model):
     uid: str
     generation: int
     spec: VLLMServiceSpec
+    # the rerun-benchmark annotation's value: a new value starts a fresh run of the revision
+    rerun: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Service:
@@ -1002,6 +1006,7 @@ class Service(_Model):
             uid=meta["uid"],
             generation=meta.get("generation", 1),
             spec=VLLMServiceSpec.model_validate(dict(body.get("spec") or {})),
+            rerun=(meta.get("annotations") or {}).get(RERUN_ANNOTATION) or None,
         )
 
 

@@ -154,7 +154,10 @@ def _fmt(x: float | None, unit: str = "") -> str:
 
 def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Cond]]:
     """status.benchmark and the BenchmarkComplete / BenchmarkPassed conditions."""
-    run = next((r for r in bench.runs if r.revision == bench.revision), None)
+    run = next(
+        (r for r in bench.runs if r.revision == bench.revision and bench.run_name in ("", r.name)),
+        None,
+    )
     out: dict[str, Any] = {"revision": bench.revision}
     conds: list[Cond] = []
     if run is None:

@@ -265,7 +265,8 @@ def test_a_newer_rollout_supersedes_a_running_benchmark(
         return old["metadata"]["name"] not in names and len(names) == 1
 
     wait_for("the old run replaced by the new one", superseded, timeout=90)
-    cm = get(cluster, namespace, "configmap", old["metadata"]["name"])
+    # the operator's record of the run (the Job cannot write it)
+    cm = get(cluster, namespace, "configmap", f"{old['metadata']['name']}-record")
     assert cm is not None
     assert cm["data"]["state"] == "Failed"
     assert "superseded" in cm["data"]["message"]

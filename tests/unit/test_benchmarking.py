@@ -11,6 +11,7 @@ from tests.unit.builders import service
 from tests.unit.fake_api import FakeApi
 from vllm_operator import benchmarking
 from vllm_operator.apply import _path
+from vllm_operator.gates import FAILED, PASSED, Run
 from vllm_operator.render.benchmark import (
     REVISION_LABEL,
     record_name,
@@ -223,9 +224,81 @@ def test_pruning_keeps_the_newest_runs_and_the_protected_ones() -> None:
     ]
     runs = benchmarking.history(api, svc)
     put_job(api, "dddddddddd", {"active": 1})
-    benchmarking.step(
-        api, svc, SETTINGS, "dddddddddd", runs, rollout_done=True, protect={"aaaaaaaaaa"}
-    )
+    benchmarking.step(api, svc, SETTINGS, "dddddddddd", runs, rollout_done=True, protect={names[0]})
     left = sorted(n for n in names if cm_path(n) in api.objects)
     # 4 runs, keep 2: the two oldest unprotected go (b, c); a is protected, d is current
     assert left == sorted([names[0], names[3]])
+
+
+def run_(name: str, verdict: str | None = None, state: str = "Complete") -> Run:
+    return Run(name[0] * 10, name, f"t-{name}", state, "", verdict=verdict)
+
+
+def test_pruning_always_keeps_the_last_passing_run_and_the_baseline() -> None:
+    """keepRuns 1: the rollback target and the regression baseline survive the next run."""
+    a, b = run_("a", PASSED), run_("b", FAILED)
+    assert benchmarking.runs_to_prune([a, b], "bbbbbbbbbb", "b", 1, set()) == []
+    # c passed after a: c is both the last passing run and b's... a new revision d's baseline
+    c, d = run_("c", PASSED), run_("d", state="Running")
+    assert benchmarking.runs_to_prune([a, b, c, d], "dddddddddd", "d", 1, set()) == [a, b]
+    # the current revision passed itself: it is the last passing run; a is its baseline
+    assert benchmarking.runs_to_prune([a, b, c], "cccccccccc", "c", 1, set()) == [b]
+    # keepRuns counts every run: two kept runs here, so only the oldest extra one goes
+    assert benchmarking.runs_to_prune([a, b, c, d], "dddddddddd", "d", 3, set()) == [a]
+    assert benchmarking.runs_to_prune([a, b, c, d], "dddddddddd", "d", 1, {"b"}) == [a]
+
+
+def rerun(token: str) -> Service:
+    return SVC.model_copy(update={"rerun": token})
+
+
+def test_the_rerun_annotation_starts_a_fresh_run_of_the_same_revision() -> None:
+    api = FakeApi(SETTINGS)
+    first = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z", **{"result.json": ok(5)})
+    put_job(api, "aaaaaaaaaa", {"succeeded": 1})  # finished, lingering until its TTL
+    svc = rerun("2030-05-01")
+    runs = benchmarking.history(api, svc)
+    job, changes = benchmarking.step(
+        api, svc, SETTINGS, "aaaaaaaaaa", runs, rollout_done=True, protect=set()
+    )
+    name = run_name(svc, "aaaaaaaaaa")
+    assert name.startswith("svc-bench-aaaaaaaa-")
+    assert len(name) == len("svc-bench-aaaaaaaa-") + 4
+    assert ("Job", name, "created") in [(c.kind, c.name, c.action) for c in changes]
+    assert job is not None
+    assert job.name == name
+    assert cm_path(first) in api.objects  # the earlier run stays in the history
+    # the same token again: nothing new; another token: another run
+    put_job_named(api, name, "aaaaaaaaaa", {"active": 1})
+    _, changes = benchmarking.step(
+        api,
+        svc,
+        SETTINGS,
+        "aaaaaaaaaa",
+        benchmarking.history(api, svc),
+        rollout_done=True,
+        protect=set(),
+    )
+    assert changes == []
+    other = rerun("again")
+    _, changes = benchmarking.step(
+        api,
+        other,
+        SETTINGS,
+        "aaaaaaaaaa",
+        benchmarking.history(api, other),
+        rollout_done=True,
+        protect=set(),
+    )
+    # the first re-run, still going, is superseded by the second
+    assert ("Job", name, "deleted") in [(c.kind, c.name, c.action) for c in changes]
+    assert ("Job", run_name(other, "aaaaaaaaaa"), "created") in [
+        (c.kind, c.name, c.action) for c in changes
+    ]
+
+
+def put_job_named(api: FakeApi, name: str, rev: str, status: dict[str, Any]) -> None:
+    job_name = put_job(api, rev, status)
+    job = api.objects.pop(job_path(job_name))
+    job["metadata"]["name"] = name
+    api.put(job_path(name), job)

@@ -36,8 +36,13 @@ def revision(pod_template: dict[str, Any]) -> str:
 
 
 def run_name(svc: Service, rev: str) -> str:
-    """The Job and its result ConfigMap share this name: one run per revision."""
-    return f"{svc.name}-bench-{rev[:8]}"
+    """The Job and its result ConfigMap share this name: one run per revision, and one more
+    per value of the rerun annotation (a new name: a finished Job lingering until its TTL, or
+    its immutable template, never blocks the re-run). At most 62 characters."""
+    name = f"{svc.name}-bench-{rev[:8]}"
+    if svc.rerun:
+        name += "-" + hashlib.sha256(svc.rerun.encode()).hexdigest()[:4]
+    return name
 
 
 def record_name(run: str) -> str:
