@@ -281,7 +281,9 @@ build_image() {
   t0=$(date +%s)
   dockerfile="$ROOT/images/$(dockerfile_dir "$name")/Dockerfile"
   context="$ROOT"
-  local args=(--pull=false --network host --layers=false --format oci --timestamp 0
+  # --layers: buildah reuses unchanged steps (the Dockerfiles install dependencies before they
+  # copy the code), so a code change rebuilds in seconds; --timestamp 0: same layers, same digest
+  local args=(--pull=false --network host --layers --format oci --timestamp 0
     --label "vllm-operator.key=$key" -f "$dockerfile" -t "$ref"
     # the host's CA bundle (a TLS-intercepting proxy's CA) as the system bundle of every RUN:
     # apt, Debian's pip and pip >= 24.2 (truststore) trust it
@@ -302,8 +304,14 @@ build_image() {
     args+=(-v "$HOST_PIP_CACHE:/var/cache/host-pip" --build-arg PIP_CACHE_DIR=/var/cache/host-pip)
   fi
   log "building $name ($ref, key $key; log: $WORK/$name.log)"
+  local previous
+  previous=$(bh images --noheading --format '{{.ID}}' "$ref" 2>/dev/null || true)
   if ! bh bud "${args[@]}" "$context" > "$WORK/$name.log" 2>&1; then
     tail -n 30 "$WORK/$name.log" >&2; die "building $name failed; full log: $WORK/$name.log"
+  fi
+  # the build this one replaces (its cached steps stay for the next build)
+  if [ -n "$previous" ] && [ "$previous" != "$(bh images --noheading --format '{{.ID}}' "$ref")" ]; then
+    bh rmi "$previous" >/dev/null 2>&1 || true
   fi
   export_archive "$ref" "$archive"
   prune_old "$name" "$archive"
@@ -317,6 +325,4 @@ for name in "${want[@]}"; do
   [ "$name" = pause ] || [ -n "${BUILD_BASE:-}" ] || ensure_base
   build_image "$name"
 done
-# superseded builds of the same tags
-bh rmi --prune >/dev/null 2>&1 || true
 log "images ready in $(( $(date +%s) - t_all ))s; index: $IMAGES/index.json"
