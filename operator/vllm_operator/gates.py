@@ -112,7 +112,9 @@ def previous_passing(runs: list[Run], before: str) -> Run | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    failures: tuple[str, ...]  # against the thresholds in force now (BenchmarkPassed)
+    # against the thresholds in force now (BenchmarkPassed); while a rollback is in force, the
+    # failures recorded when the run was judged (the reason for the rollback)
+    failures: tuple[str, ...]
     to_record: str | None  # PASSED/FAILED, when the run has no recorded verdict yet
     rollback_to: Run | None
 
@@ -158,4 +160,11 @@ def judge(
     if recorded is None:
         recorded = to_record = FAILED if failed else PASSED
     target = baseline if (rollback and recorded == FAILED) else None
+    if target is not None and to_record is None:
+        # a rollback in force reports the verdict that caused it: thresholds loosened since
+        # do not make BenchmarkPassed=True beside Degraded=BenchmarkRollback (a re-run, the
+        # rerun-benchmark annotation, judges the revision again with today's thresholds)
+        failed = tuple(f for f in current.verdict_failures.split("; ") if f) or (
+            failed or ("the gates failed when the run was judged",)
+        )
     return Verdict(failed, to_record, target)

@@ -67,11 +67,20 @@ def describe(error: ValidationError) -> str:
 
 
 def render_children(
-    svc: Service, settings: OperatorSettings, live_replicas: int | None, *, monitoring: bool = False
+    svc: Service,
+    settings: OperatorSettings,
+    live_replicas: int | None,
+    *,
+    monitoring: bool = False,
+    restored: Service | None = None,
 ) -> list[dict[str, Any]]:
-    """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied."""
+    """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
+    `restored`: during a rollback, the service as recorded for the revision rolled back to:
+    only the pod template (what defines a revision) comes from it; everything else (replicas,
+    autoscaling, PDB, rollout strategy, the Service, monitoring) from the current spec."""
+    template = render_pod_template(restored, settings) if restored is not None else None
     rendered = [
-        render_deployment(svc, settings, live_replicas),
+        render_deployment(svc, settings, live_replicas, template=template),
         render_service(svc, settings),
         render_hpa(svc, settings),
         render_pdb(svc, settings),
@@ -167,7 +176,13 @@ def _pipeline(
     # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are served;
     # elsewhere the status says so (Monitoring=False) and nothing of theirs is touched
     monitoring_crds = writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"})
-    desired = render_children(effective, settings, live_replicas, monitoring=monitoring_crds)
+    desired = render_children(
+        svc,
+        settings,
+        live_replicas,
+        monitoring=monitoring_crds,
+        restored=effective if rolled_back_to is not None else None,
+    )
     changes: list[Change] = []
     for manifest in desired:
         # the Deployment was read above; apply() reads the other children itself
@@ -185,7 +200,7 @@ def _pipeline(
 
     deployment_unchanged = not any(c.kind == "Deployment" for c in changes)
     observed = observe(writer, svc, live_dep if deployment_unchanged else None)
-    rollout = compute_status(effective, observed, old_status, settings, _now())
+    rollout = compute_status(svc, observed, old_status, settings, _now())
     rollout_done = _cond(rollout, "Ready") == "True" and rolled_back_to is None
 
     bench = None
@@ -216,7 +231,7 @@ def _pipeline(
             gated=svc.spec.benchmark.thresholds.any,
         )
     status = compute_status(
-        svc if rolled_back_to is None else effective,
+        svc,
         observed,
         old_status,
         settings,

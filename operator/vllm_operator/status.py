@@ -368,7 +368,8 @@ def compute_status(
                     "BenchmarkRollback",
                     f"revision {bench.revision} failed its benchmark gates "
                     f"({'; '.join(bench.failures or ())}); rolled back to revision "
-                    f"{bench.rolled_back_to} until the spec changes",
+                    f"{bench.rolled_back_to} (its pod template only) until the spec renders "
+                    "another revision or the rerun-benchmark annotation changes",
                 )
             )
         elif bench.rollback_refused:

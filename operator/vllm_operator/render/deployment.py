@@ -252,8 +252,13 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
 
 
 def render_deployment(
-    svc: Service, settings: OperatorSettings, live_replicas: int | None = None
+    svc: Service,
+    settings: OperatorSettings,
+    live_replicas: int | None = None,
+    *,
+    template: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`template`: a pod template to run instead of the spec's (a rollback's)."""
     spec = svc.spec
     if spec.rollout.strategy == "Recreate":
         strategy: dict[str, Any] = {"type": "Recreate"}
@@ -276,7 +281,7 @@ def render_deployment(
             "revisionHistoryLimit": 10,
             # a slow model load must not mark the rollout failed before the startup budget ends
             "progressDeadlineSeconds": spec.probes.startup_timeout_seconds + 600,
-            "template": render_pod_template(svc, settings),
+            "template": template if template is not None else render_pod_template(svc, settings),
         },
     }
 
