@@ -54,7 +54,10 @@ LAB_SERVER = {
 VLLM_BENCH_SERVE = (
     "import sys\n"
     "from vllm.benchmarks.serve import add_cli_args, main\n"
-    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "try:\n"
+    "    from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "except ImportError:  # older vLLM\n"
+    "    from vllm.utils import FlexibleArgumentParser\n"
     "parser = FlexibleArgumentParser()\n"
     "add_cli_args(parser)\n"
     "main(parser.parse_args(sys.argv[1:]))\n"

@@ -23,7 +23,7 @@ say() { echo "[$(date +%H:%M:%S) +$(( $(date +%s) - START ))s] $*"; }
 
 # 1. pieces carried in this call
 if compgen -G ".gpu-wheels/pieces/offline-wheels.tar.part*" > /dev/null; then
-  mv -f .gpu-wheels/pieces/offline-wheels.tar.part* "$WORK/pieces/"
+  cp -f .gpu-wheels/pieces/offline-wheels.tar.part* "$WORK/pieces/"  # cp: never consume the source
 fi
 for f in install.sh TAR_SHA256 manifest.json; do
   [ -f ".gpu-wheels/$f" ] && cp -f ".gpu-wheels/$f" "$WORK/"
@@ -32,8 +32,10 @@ have=$(ls "$WORK/pieces" | wc -l)
 want=$( [ -f "$WORK/manifest.json" ] && "$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["pieces"]))' "$WORK/manifest.json" || echo "?")
 say "pieces on the host: $have of $want"
 
-# 2. vLLM
-if "$PY" -c 'import vllm' 2>/dev/null; then
+# 2. vLLM (only where a GPU is: a dry run elsewhere must not install into a local Python)
+if ! command -v nvidia-smi > /dev/null; then
+  say "no nvidia-smi: not the GPU host, stopping after the piece bookkeeping"
+elif "$PY" -c 'import vllm' 2>/dev/null; then
   say "vllm $("$PY" -c 'import vllm; print(vllm.__version__)') is installed"
 elif [ "$want" != "?" ] && [ "$have" -ge "$want" ]; then
   say "installing the offline wheel set"
@@ -46,6 +48,8 @@ else
 fi
 [ -f "$WORK/results/host-freeze-before.txt" ] || \
   "$PY" -m pip list --format=freeze > "$WORK/results/host-freeze-before.txt" 2>/dev/null
+
+command -v nvidia-smi > /dev/null || exit 0
 
 # 3. models (only torch + transformers needed)
 if [ ! -f "$WORK/models/llama3-8b/build.json" ] && [ "$(left)" -gt 150 ]; then
