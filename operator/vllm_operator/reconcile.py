@@ -21,7 +21,11 @@ from vllm_operator.observe import observe
 from vllm_operator.observed import BenchView
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import record_name, revision, run_name
-from vllm_operator.render.deployment import render_deployment, render_pod_template
+from vllm_operator.render.deployment import (
+    REPLICAS_HELD_ANNOTATION,
+    render_deployment,
+    render_pod_template,
+)
 from vllm_operator.render.monitoring import MONITORING_API, render_monitoring
 from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
@@ -73,6 +77,7 @@ def render_children(
     *,
     monitoring: bool = False,
     restored: Service | None = None,
+    live_held: str | None = None,
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
     `restored`: during a rollback, the service as recorded for the revision rolled back to:
@@ -80,7 +85,7 @@ def render_children(
     autoscaling, PDB, rollout strategy, the Service, monitoring) from the current spec."""
     template = render_pod_template(restored, settings) if restored is not None else None
     rendered = [
-        render_deployment(svc, settings, live_replicas, template=template),
+        render_deployment(svc, settings, live_replicas, template=template, live_held=live_held),
         render_service(svc, settings),
         render_hpa(svc, settings),
         render_pdb(svc, settings),
@@ -182,6 +187,9 @@ def _pipeline(
         live_replicas,
         monitoring=monitoring_crds,
         restored=effective if rolled_back_to is not None else None,
+        live_held=((live_dep or {}).get("metadata", {}).get("annotations") or {}).get(
+            REPLICAS_HELD_ANNOTATION
+        ),
     )
     changes: list[Change] = []
     for manifest in desired:

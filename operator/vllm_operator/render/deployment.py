@@ -7,12 +7,16 @@ import copy
 import json
 from typing import Any
 
+from vllm_operator import GROUP
 from vllm_operator.render.meta import labels, metadata, selector_labels
 from vllm_operator.render.service import PORT_NAME
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import MODEL_PVC_MOUNT, Service, VLLMServiceSpec
 
 CONTAINER = "vllm"
+# On the Deployment while autoscaling is on, and while a count the autoscaler chose is held
+# after it was switched off: the spec.replicas that count is held against (decide_replicas)
+REPLICAS_HELD_ANNOTATION = f"{GROUP}/replicas-held-for"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -257,9 +261,15 @@ def render_deployment(
     live_replicas: int | None = None,
     *,
     template: dict[str, Any] | None = None,
+    live_held: str | None = None,
 ) -> dict[str, Any]:
-    """`template`: a pod template to run instead of the spec's (a rollback's)."""
+    """`template`: a pod template to run instead of the spec's (a rollback's). `live_replicas`
+    and `live_held`: the live Deployment's replicas and REPLICAS_HELD_ANNOTATION."""
     spec = svc.spec
+    replicas, held = decide_replicas(svc, live_replicas, live_held)
+    meta = metadata(svc)
+    if held is not None:
+        meta["annotations"] = {REPLICAS_HELD_ANNOTATION: held}
     if spec.rollout.strategy == "Recreate":
         strategy: dict[str, Any] = {"type": "Recreate"}
     else:
@@ -273,9 +283,9 @@ def render_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(svc),
+        "metadata": meta,
         "spec": {
-            "replicas": render_replicas(svc, live_replicas),
+            "replicas": replicas,
             "selector": {"matchLabels": selector_labels(svc)},
             "strategy": strategy,
             "revisionHistoryLimit": 10,
@@ -286,16 +296,26 @@ def render_deployment(
     }
 
 
-def render_replicas(svc: Service, live_replicas: int | None) -> int:
-    """The Deployment's replicas.
+def decide_replicas(
+    svc: Service, live_replicas: int | None, live_held: str | None
+) -> tuple[int, str | None]:
+    """The Deployment's replicas, and the REPLICAS_HELD_ANNOTATION value to set (None: none).
 
-    With autoscaling on, the HPA owns the count: the operator re-applies whatever is live, so
-    it never fights the autoscaler, and switching autoscaling on or off never drops the count
-    to the API default of 1. A new Deployment starts at minReplicas.
+    With autoscaling on, the HPA owns the count: the operator re-applies whatever is live
+    (within min/max), so it never fights the autoscaler; a new Deployment starts at
+    minReplicas. The annotation records spec.replicas at that time.
+
+    Switching autoscaling off keeps the count the autoscaler chose (no drop from, say, 5 busy
+    replicas to spec.replicas' 1 at once) for as long as spec.replicas stays what it was while
+    autoscaling was on; the first change of spec.replicas (`kubectl scale vsvc`, an edit)
+    applies it and ends the hold. Without a hold, spec.replicas is the count.
     """
     a = svc.spec.autoscaling
-    if not a.enabled:
-        return svc.spec.replicas
-    if live_replicas is None:
-        return a.min_replicas
-    return min(max(live_replicas, a.min_replicas), a.max_replicas)
+    held_for = str(svc.spec.replicas)
+    if a.enabled:
+        if live_replicas is None:
+            return a.min_replicas, held_for
+        return min(max(live_replicas, a.min_replicas), a.max_replicas), held_for
+    if live_replicas is not None and live_held == held_for:
+        return live_replicas, held_for
+    return svc.spec.replicas, None
