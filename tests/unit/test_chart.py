@@ -98,7 +98,8 @@ def test_every_values_key_is_documented() -> None:
     under resources/securityContext excepted: their keys are the API's own)."""
     free_form = ("resources", "podSecurityContext", "securityContext")
     lines = (CHART / "values.yaml").read_text().splitlines()
-    undocumented, parents = [], []
+    undocumented: list[str] = []
+    parents: list[str] = []
     for i, line in enumerate(lines):
         m = re.match(r"^(\s*)([A-Za-z][\w]*):", line)
         if not m:

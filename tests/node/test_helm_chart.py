@@ -1,0 +1,120 @@
+"""The Helm chart on the real node, nothing simulated: `helm install` with the images built
+here (never pulled) brings up two peered operator replicas from the operator image, in
+namespaced mode (Roles only), and the CPU sample becomes Ready on the node; `helm uninstall`
+leaves the service serving.
+
+Run it alone, holding the host's real-node lock:
+  flock /tmp/vllm-real-node.lock scripts/run-tests.sh tests/node/test_helm_chart.py
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.chart_support import CHART, helm, set_args
+from tests.support import SAMPLES, ready, wait_for
+from vllm_localenv import model_volume
+from vllm_localenv.cluster import LocalCluster
+from vllm_localenv.node import NODE_NAME
+from vllm_localenv.operator_process import OPERATOR_NAMESPACE
+
+pytestmark = [pytest.mark.node, pytest.mark.helm]
+
+
+@pytest.fixture
+def quiet_plain_operator(real_cluster: LocalCluster) -> Iterator[None]:
+    """The deploy/local operator other node tests leave running watches every namespace: it
+    is scaled to 0 meanwhile, so that only the chart's operator acts."""
+    name = "deployment/vllm-operator"
+    found = real_cluster.kubectl(
+        "get", name, "-n", OPERATOR_NAMESPACE, "--ignore-not-found", "-o", "name"
+    ).strip()
+    if found:
+        real_cluster.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=0")
+    yield
+    if found:
+        real_cluster.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=1")
+
+
+def test_the_chart_runs_the_operator_image_and_a_sample_serves(
+    real_cluster: LocalCluster, quiet_plain_operator: None
+) -> None:
+    lc = real_cluster
+    ns, rel_ns, release = f"helm-{uuid.uuid4().hex[:6]}", "vllm-helm-system", "vllm-helm"
+    lc.kubectl("create", "namespace", ns)
+    model_volume.create(lc, ns)
+    values = {
+        "rbac": {"watchNamespaces": [ns]},
+        "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
+        "settings": {
+            "peeringName": release,
+            "benchmarkImage": "localhost/vllm-bench:dev",
+            "cpuImage": "localhost/vllm-cpu:0.32.0",
+        },
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+    }
+    adopt = []
+    for crd in ("vllmservices.serving.vllm-operator.dev",):
+        if lc.kubectl("get", "crd", crd, "--ignore-not-found", "-o", "name").strip():
+            lc.kubectl("label", "--overwrite", "crd", crd, "app.kubernetes.io/managed-by=Helm")
+            lc.kubectl(
+                "annotate",
+                "--overwrite",
+                "crd",
+                crd,
+                f"meta.helm.sh/release-name={release}",
+                f"meta.helm.sh/release-namespace={rel_ns}",
+            )
+            adopt = ["--force-conflicts"]
+    try:
+        t0 = time.monotonic()
+        helm(
+            "install",
+            release,
+            str(CHART),
+            "-n",
+            rel_ns,
+            "--create-namespace",
+            "--wait",
+            "--timeout=300s",
+            *adopt,
+            *set_args(values),
+            kubeconfig=lc.kubeconfig,
+        )
+        up_s = time.monotonic() - t0
+        pods = json.loads(
+            lc.kubectl(
+                "get",
+                "pods",
+                "-n",
+                rel_ns,
+                "-l",
+                f"app.kubernetes.io/instance={release}",
+                "-o",
+                "json",
+            )
+        )
+        assert len(pods["items"]) == 2
+        for p in pods["items"]:
+            assert p["spec"]["nodeName"] == NODE_NAME
+            assert p["spec"]["containers"][0]["image"] == "localhost/vllm-operator:dev"
+            assert all(c["ready"] for c in p["status"]["containerStatuses"])
+        lc.kubectl("apply", "-n", ns, "-f", str(SAMPLES / "tiny-cpu.yaml"))
+        t1 = time.monotonic()
+        wait_for("tiny-cpu Ready", lambda: ready(lc, ns, "tiny-cpu"), timeout=600, every=3)
+        ready_s = time.monotonic() - t1
+        helm("uninstall", release, "-n", rel_ns, "--wait", kubeconfig=lc.kubeconfig)
+        assert ready(lc, ns, "tiny-cpu")
+        print(
+            f"\nchart operator up (2 replicas, real node) {up_s:.0f}s;"
+            f" tiny-cpu Ready {ready_s:.0f}s"
+        )
+    finally:
+        helm("uninstall", release, "-n", rel_ns, kubeconfig=lc.kubeconfig, check=False)
+        lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        model_volume.delete(lc, ns)
