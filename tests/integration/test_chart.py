@@ -36,6 +36,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.helm]
 CRD = "vllmservices.serving.vllm-operator.dev"
 KWOK = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
 PROM_CRDS = REPO_ROOT / "tests" / "data" / "prometheus-operator-crds"
+# vendored like those, from the same module and version (example/prometheus-operator-crd/)
+SERVICE_MONITOR_CRD = (
+    REPO_ROOT / "tests" / "data" / "chart" / "monitoring.coreos.com_servicemonitors.yaml"
+)
 
 
 def kubectl_apply_dry_run(cluster: LocalCluster, manifest: str) -> subprocess.CompletedProcess[str]:
@@ -61,9 +65,22 @@ def kubectl_apply_dry_run(cluster: LocalCluster, manifest: str) -> subprocess.Co
 
 
 @pytest.fixture(scope="module")
-def prom_crds(cluster: LocalCluster) -> None:
-    for f in sorted(PROM_CRDS.glob("*.yaml")):
+def prom_crds(cluster: LocalCluster) -> Iterator[None]:
+    """The Prometheus Operator's CRDs (v0.85.0) the monitoring options need, removed after:
+    the other tests expect a cluster without the Prometheus Operator."""
+    files = [*sorted(PROM_CRDS.glob("*.yaml")), SERVICE_MONITOR_CRD]
+    for f in files:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(f))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+    )
+    yield
+    for f in files:
+        cluster.kubectl("delete", "-f", str(f), "--ignore-not-found", "--wait=true")
 
 
 @pytest.mark.parametrize(
@@ -80,6 +97,7 @@ def prom_crds(cluster: LocalCluster) -> None:
             "settings": {"monitoringLabels": {"release": "prometheus"}, "priority": 5},
             "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
             "podAntiAffinity": "hard",
+            "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         },
         {
             "monitoring": {"rules": {"enabled": True}},
