@@ -1,0 +1,290 @@
+"""Queue-depth autoscaling on the real node, nothing simulated: the benchmark runner's load
+against a real vLLM server (the tiny model on CPU) fills `vllm:num_requests_waiting`; the
+cluster's own pipeline (Debian's Prometheus scraping the pod on the bridge, the shipped band
+recording rules, prometheus-adapter behind the aggregation layer) feeds the operator's HPA,
+which reports ScalingActive=True and scales the Deployment up; once the load is gone it scales
+down after the (test-shortened) stabilization window. The same run's `--prometheus-url`
+result carries the server's view from that Prometheus.
+
+The operator runs on the host as its own ServiceAccount (OperatorProcess): the test checks
+the status written by this checkout's code, without rebuilding the operator image.
+
+Sizes: the node has 2 CPUs; each vLLM pod gets 800m (requests = limits), so two fit beside
+whatever else runs there; maxNumSeqs 2 makes requests queue.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import ready, sample, wait_for
+from vllm_localenv import model_volume
+from vllm_localenv.cluster import REPO_ROOT, LocalCluster
+from vllm_localenv.node import NODE_NAME
+from vllm_localenv.operator_process import OperatorProcess, install
+
+pytestmark = pytest.mark.node
+
+NAME = "tiny-scale"
+# the lab's band, the defaults: the local Prometheus evaluates the shipped generic rules file,
+# whose band recording rules carry the default thresholds (per-service thresholds reach a
+# Prometheus through the rendered PrometheusRule, i.e. the Prometheus Operator)
+TARGET = 20  # targetQueueDepth: scale up above 20 waiting per pod
+LOW = 2  # scaleDownQueueDepth: scale down only at or below 2 for the whole window
+WINDOW = 30  # scaleDownStabilizationSeconds, shortened from 300
+SERVER = f"serving.vllm-operator.dev/service={NAME},app.kubernetes.io/component=server"
+
+
+def _json(lc: LocalCluster, *args: str) -> Any:
+    return json.loads(lc.kubectl(*args, "-o", "json"))
+
+
+@pytest.fixture(scope="module")
+def host_operator(
+    real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    install(real_cluster)
+    op = OperatorProcess(
+        real_cluster,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        resync_seconds=5,
+        extra_env={
+            "VLLM_OPERATOR_BENCHMARK_IMAGE": "localhost/vllm-bench:dev",
+            "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
+        },
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def model_namespace(real_cluster: LocalCluster, host_operator: OperatorProcess) -> Iterator[str]:
+    lc = real_cluster
+    ns = f"scale-{uuid.uuid4().hex[:8]}"
+    lc.kubectl("create", "namespace", ns)
+    model_volume.create(lc, ns)
+    yield ns
+    lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    model_volume.delete(lc, ns)
+
+
+def _scaled_service() -> dict[str, Any]:
+    body = sample("tiny-cpu")
+    body["metadata"]["name"] = NAME
+    spec = body["spec"]
+    spec["engine"]["maxNumSeqs"] = 2
+    spec["resources"]["cpu"] = "800m"
+    spec["benchmark"] = {"enabled": False}
+    spec["autoscaling"] = {
+        "enabled": True,
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "scaleDownStabilizationSeconds": WINDOW,
+    }
+    return body
+
+
+@dataclass
+class Timeline:
+    """When the first pod's own /metrics first showed a queue above the target, and when the
+    service's average queue as Prometheus recorded it was last above the scale-down bound
+    (monotonic seconds)."""
+
+    prometheus: str
+    namespace: str
+    queue_above: float | None = None
+    avg_last_above_low: float | None = None
+    peak_queue: float = 0.0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def _waiting(pod_ip: str) -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("vllm:num_requests_waiting{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _watch_queue(pod_ip: str, timeline: Timeline) -> None:
+    avg = f'namespace_service:vllm_queue_depth:avg{{namespace="{timeline.namespace}"}}'
+    while not timeline.stop.is_set():
+        value = _waiting(pod_ip)
+        if value is not None:
+            timeline.peak_queue = max(timeline.peak_queue, value)
+            if value > TARGET and timeline.queue_above is None:
+                timeline.queue_above = time.monotonic()
+        try:
+            recorded = _query(timeline.prometheus, avg)
+        except OSError:
+            recorded = []
+        if recorded and float(recorded[0]["value"][1]) > LOW:
+            timeline.avg_last_above_low = time.monotonic()
+        time.sleep(0.25)
+
+
+def _hpa(lc: LocalCluster, ns: str) -> dict[str, Any]:
+    return dict(_json(lc, "get", "hpa", NAME, "-n", ns))
+
+
+def _scaling_active(hpa: dict[str, Any]) -> dict[str, Any]:
+    conds = hpa.get("status", {}).get("conditions", [])
+    return next((c for c in conds if c["type"] == "ScalingActive"), {})
+
+
+def _query(prometheus: str, promql: str) -> list[dict[str, Any]]:
+    url = f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return list(json.load(r)["data"]["result"])
+
+
+# a first start under 800m (~3 min), the load (~4 min), the window and a pod's start
+@pytest.mark.timeout(1500)
+def test_vllm_queue_scales_the_deployment_up_and_back_down(
+    real_cluster: LocalCluster, model_namespace: str, tmp_path: Path
+) -> None:
+    lc, ns = real_cluster, model_namespace
+    lc.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(_scaled_service()))
+    # kubectl() itself gives up after 120 s; a first start under 800m takes longer
+    wait_for(
+        "the service Ready",
+        lambda: ready(lc, ns, NAME) or None,
+        timeout=600,
+        every=3,
+    )
+    pod = _json(lc, "get", "pods", "-n", ns, "-l", SERVER)["items"][0]
+    assert pod["spec"]["nodeName"] == NODE_NAME
+
+    # the pipeline sees the real pod: scraped by Prometheus, the band recorded, served by the
+    # adapter, and the HPA reads it
+    prom = lc.prometheus_url
+    wait_for(
+        "Prometheus scraping the vLLM pod",
+        lambda: _query(prom, f'vllm:num_requests_waiting{{namespace="{ns}"}}'),
+        timeout=60,
+    )
+    wait_for(
+        "the HPA's ScalingActive=True",
+        lambda: _scaling_active(_hpa(lc, ns)).get("status") == "True",
+        timeout=120,
+    )
+    assert _scaling_active(_hpa(lc, ns))["reason"] == "ValidMetricFound"
+    assert _hpa(lc, ns)["status"]["desiredReplicas"] == 1
+
+    svc = _json(lc, "get", "service", NAME, "-n", ns)
+    url = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+    timeline = Timeline(prom, ns)
+    watcher = threading.Thread(target=_watch_queue, args=(pod["status"]["podIP"], timeline))
+    watcher.start()
+    out = tmp_path / "bench"
+    load = subprocess.Popen(
+        [
+            str(REPO_ROOT / ".venv" / "bin" / "vllm-bench"),
+            "run",
+            f"--url={url}",
+            "--model=tiny",
+            "--scenarios=batching",
+            "--max-concurrency=32",
+            "--output-tokens=96",
+            "--max-duration-seconds=420",
+            f"--prometheus-url={prom}",
+            f"--out={out}",
+            "--no-report",
+        ],
+        stdout=(tmp_path / "bench.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        # scale-up: the HPA's decision, then the Deployment and a second pod on the node
+        hpa = wait_for(
+            "a scale-up decision",
+            lambda: (h := _hpa(lc, ns))["status"].get("desiredReplicas", 1) > 1 and h,
+            timeout=400,
+            every=0.5,
+        )
+        decided = time.monotonic()
+        assert _scaling_active(hpa)["status"] == "True", hpa["status"]
+        assert hpa["status"]["desiredReplicas"] == 2
+        assert timeline.queue_above is not None, "the HPA scaled before the queue rose"
+        to_decision = decided - timeline.queue_above
+        print(f"\nqueue > {TARGET} on the pod -> HPA scale-up decision: {to_decision:.1f} s")
+        dep = wait_for(
+            "the Deployment at 2 replicas",
+            lambda: (
+                (d := _json(lc, "get", "deployment", NAME, "-n", ns))["spec"]["replicas"] == 2 and d
+            ),
+            timeout=30,
+        )
+        assert dep["spec"]["replicas"] == 2
+        pods = wait_for(
+            "a second vLLM pod on the node",
+            lambda: (
+                [
+                    p
+                    for p in _json(lc, "get", "pods", "-n", ns, "-l", SERVER)["items"]
+                    if p["spec"].get("nodeName") == NODE_NAME
+                ][1:]
+                and True
+            ),
+            timeout=60,
+        )
+        assert pods
+        # the service tells the truth about its autoscaler
+        status = _json(lc, "get", "vllmservice", NAME, "-n", ns)["status"]
+        print(f"status.autoscaling while scaled up: {status.get('autoscaling')}")
+
+        assert load.wait(timeout=480) == 0, (tmp_path / "bench.log").read_text()[-3000:]
+        print(f"peak queue on the first pod: {timeline.peak_queue:.0f}")
+
+        # load gone: down to 1 only once the recorded average stayed <= 2 for the window
+        hpa = wait_for(
+            "a scale-down decision",
+            lambda: (h := _hpa(lc, ns))["status"].get("desiredReplicas", 2) < 2 and h,
+            timeout=WINDOW + 180,
+            every=0.5,
+        )
+        decided_down = time.monotonic()
+    finally:
+        timeline.stop.set()
+        watcher.join()
+        if load.poll() is None:
+            load.kill()
+            load.wait()
+    assert timeline.avg_last_above_low is not None
+    down = decided_down - timeline.avg_last_above_low
+    print(f"average queue last > {LOW} -> scale-down decision: {down:.1f} s (window {WINDOW} s)")
+    # the HPA samples every 5 s (--horizontal-pod-autoscaler-sync-period): its last high
+    # recommendation may predate the last high sample seen here by up to one period
+    assert down >= WINDOW - 5, f"scaled down {down:.1f} s after the queue, inside the window"
+    assert hpa["status"]["desiredReplicas"] == 1
+    wait_for(
+        "the Deployment back at 1 replica",
+        lambda: _json(lc, "get", "deployment", NAME, "-n", ns)["spec"]["replicas"] == 1,
+        timeout=30,
+    )
+
+    # the runner's result carries the server's own view, from the cluster's Prometheus
+    result = json.loads((out / "result.json").read_text())
+    state = result["serverState"]
+    assert state["requestsWaiting"]["max"] > TARGET, state
+    assert state["kvCacheUsage"]["max"] > 0, state
+    assert state["preemptions"]["total"] is not None, state
+    assert result["serverHistograms"]["timeToFirstTokenSeconds"]["p50"] is not None
+    print(f"serverState: {json.dumps(state)}")
