@@ -11,15 +11,16 @@
 #
 # Cached by content: an image's key is a hash of its Dockerfile, every file its COPY lines
 # name (scripts/versions.env for the vLLM image), the base image's key and this script's
-# recipe version; an image whose archive for the current key exists is not rebuilt. Each image is written as an OCI
-# archive, $CACHE/images/<name>-<key>.oci.tar, listed in $CACHE/images/index.json (ref ->
-# archive, key) for `ctr -n k8s.io images import <archive>`. Build times go to
-# $CACHE/images/build-times.tsv.
+# recipe version; an image whose archive for the current key exists is not rebuilt. Each
+# image is written as an OCI archive, $CACHE/images/<name>-<key>.oci.tar, listed in
+# $CACHE/images/index.json (ref -> archive, key) for `ctr -n k8s.io images import <archive>`.
+# Build times go to $CACHE/images/build-times.tsv.
 #
 # buildah keeps its storage under $CACHE/buildah (not /var/lib/containers). RUN steps use the
 # host network (no CNI bridge or iptables rules are created) and runc (crun fails on hybrid
-# cgroup v1). Downloads go through the host's CA bundle (TLS-intercepting proxies) and pip's
-# cache on the host is mounted into the vLLM build, so its 3.2 GB of wheels come down once.
+# cgroup v1). Every RUN sees the host's CA bundle (for TLS-intercepting proxies). pip's cache
+# on the host is mounted into the vLLM build, so its 3.2 GB of wheels come down once where
+# pip may cache them (behind a proxy that marks downloads uncacheable it stays empty).
 #
 # Usage: build-images.sh [--no-vllm-cpu] [IMAGE...]        build (default: all images)
 #        build-images.sh --print-key [IMAGE]                print an image's key (all: "name key"
@@ -28,9 +29,14 @@
 #        build-images.sh --buildah ARG...                   buildah on the images' storage, e.g.
 #                                                           `--buildah images`
 # Environment: VLLM_OPERATOR_CACHE (the cache folder), VLLM_OPERATOR_IMAGE_BASE (build FROM
-# this image instead of the debootstrap base, e.g. python:3.11.11-slim-bookworm where a registry
-# is reachable), VLLM_OPERATOR_BUILDAH_DRIVER (overlay, or vfs where overlay mounts fail),
-# DEBIAN_MIRROR.
+# this image instead of the debootstrap base, e.g. docker.io/library/python:3.11.11-slim-bookworm
+# where a registry is reachable), VLLM_OPERATOR_BUILDAH_DRIVER (overlay, or vfs where overlay
+# mounts fail), DEBIAN_MIRROR.
+#
+# Measured on a busy 2-core machine: cold, without the vLLM image, 344 s (base 139 s, of it
+# debootstrap about 2 minutes; operator 116 s; benchmark 86 s; pause 2 s); the vLLM image
+# 708 s (5.97 GB, a 3.2 GB archive); nothing changed: under a second; a code change: the
+# operator and benchmark images in 15-60 s each (their dependency layers are reused).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
