@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.utils import parse_quantity
 
 from tests.support import ready, sample, wait_for
 from vllm_localenv import model_volume
@@ -246,9 +247,18 @@ def test_vllm_queue_scales_the_deployment_up_and_back_down(
             timeout=60,
         )
         assert pods
-        # the service tells the truth about its autoscaler
-        status = _json(lc, "get", "vllmservice", NAME, "-n", ns)["status"]
-        print(f"status.autoscaling while scaled up: {status.get('autoscaling')}")
+
+        # the service tells the truth about its autoscaler (the operator's 5 s drift timer)
+        def scaled_up_status() -> dict[str, Any] | None:
+            st = dict(_json(lc, "get", "vllmservice", NAME, "-n", ns)["status"])
+            return st if st.get("autoscaling", {}).get("desiredReplicas") == 2 else None
+
+        status = wait_for("status.autoscaling at 2", scaled_up_status, timeout=30)
+        active = next(c for c in status["conditions"] if c["type"] == "AutoscalingActive")
+        assert (active["status"], active["reason"]) == ("True", "ValidMetricFound"), active
+        assert status["autoscaling"]["metric"] == "vllm_operator:queue_depth_band"
+        assert parse_quantity(status["autoscaling"]["currentAverageValue"]) > TARGET, status
+        print(f"status.autoscaling while scaled up: {status['autoscaling']}")
 
         assert load.wait(timeout=480) == 0, (tmp_path / "bench.log").read_text()[-3000:]
         print(f"peak queue on the first pod: {timeline.peak_queue:.0f}")
