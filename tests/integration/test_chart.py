@@ -289,13 +289,14 @@ def vllm_pods(cluster: LocalCluster, namespace: str) -> dict[str, int]:
     }
 
 
+@pytest.mark.parametrize("discovery", [False, True], ids=["roles-only", "with-discovery"])
 def test_install_upgrade_with_a_changed_crd_and_uninstall(
-    cluster: LocalCluster, namespace: str, tmp_path: Path
+    cluster: LocalCluster, namespace: str, tmp_path: Path, discovery: bool
 ) -> None:
     release, rel_ns = "vllm-helm", f"{namespace}-op"
     values = {
         # namespaced mode: Roles in the service namespace only, nothing cluster-scoped
-        "rbac": {"watchNamespaces": [namespace]},
+        "rbac": {"watchNamespaces": [namespace], "namespacedDiscovery": discovery},
         "settings": {"peeringName": "vllm-helm", "priority": 100},
         "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
         "tolerations": KWOK,  # so kwok "runs" the chart's own operator pods
@@ -391,6 +392,6 @@ def test_install_upgrade_with_a_changed_crd_and_uninstall(
     ).strip()
     cluster.kubectl("delete", "namespace", rel_ns, "--wait=false")
     print(
-        f"\nhelm install --wait {install_s:.1f}s, sample Ready {ready_s:.1f}s after apply, "
-        f"helm upgrade --wait {upgrade_s:.1f}s"
+        f"\n[discovery={discovery}] helm install --wait {install_s:.1f}s, "
+        f"sample Ready {ready_s:.1f}s after apply, helm upgrade --wait {upgrade_s:.1f}s"
     )
