@@ -49,7 +49,7 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
     lc.kubectl("create", "namespace", ns)
     model_volume.create(lc, ns)
     values = {
-        "rbac": {"watchNamespaces": [ns]},
+        "rbac": {"watchNamespaces": [ns], "namespacedDiscovery": True},
         "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
         "settings": {
             "peeringName": release,
