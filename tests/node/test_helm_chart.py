@@ -1,7 +1,7 @@
 """The Helm chart on the real node, nothing simulated: `helm install` with the images built
 here (never pulled) brings up two peered operator replicas from the operator image, in
-namespaced mode (Roles only), and the CPU sample becomes Ready on the node; `helm uninstall`
-leaves the service serving.
+namespaced mode (Roles + read-only discovery), and the CPU sample becomes Ready on the node;
+`helm uninstall` leaves the service serving.
 
 Run it alone, holding the host's real-node lock:
   flock /tmp/vllm-real-node.lock scripts/run-tests.sh tests/node/test_helm_chart.py
