@@ -130,7 +130,10 @@ def test_the_chart_crd_is_the_generated_crd_plus_the_keep_policy() -> None:
     crd = find(template(), "CustomResourceDefinition", "vllmservices.serving.vllm-operator.dev")
     generated = yaml.safe_load((REPO_ROOT / "crds" / "vllmservices.yaml").read_text())
     assert crd["spec"] == generated["spec"]
-    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"]["annotations"] == {
+        "helm.sh/resource-policy": "keep",
+        "argocd.argoproj.io/sync-options": "Delete=false",
+    }
 
 
 def test_the_default_render_matches_the_plain_manifests() -> None:
