@@ -289,15 +289,37 @@ def vllm_pods(cluster: LocalCluster, namespace: str) -> dict[str, int]:
     }
 
 
+RELEASE = "vllm-helm"
+
+
+def uninstall_release(cluster: LocalCluster) -> None:
+    """Any install of RELEASE a failed run left behind (the cluster's etcd outlives a run)."""
+    listed = helm(
+        "list", "-A", "-o", "json", "--filter", f"^{RELEASE}$", kubeconfig=cluster.kubeconfig
+    ).stdout
+    for r in json.loads(listed or "[]"):
+        helm("uninstall", RELEASE, "-n", r["namespace"], "--wait", kubeconfig=cluster.kubeconfig)
+
+
+@pytest.fixture
+def no_leftover_release(cluster: LocalCluster) -> Iterator[None]:
+    uninstall_release(cluster)
+    yield
+    uninstall_release(cluster)
+
+
+@pytest.mark.usefixtures("no_leftover_release")
 @pytest.mark.parametrize("discovery", [False, True], ids=["roles-only", "with-discovery"])
 def test_install_upgrade_with_a_changed_crd_and_uninstall(
     cluster: LocalCluster, namespace: str, tmp_path: Path, discovery: bool
 ) -> None:
-    release, rel_ns = "vllm-helm", f"{namespace}-op"
+    release, rel_ns = RELEASE, f"{namespace}-op"
     values = {
         # namespaced mode: Roles in the service namespace only, nothing cluster-scoped
         "rbac": {"watchNamespaces": [namespace], "namespacedDiscovery": discovery},
-        "settings": {"peeringName": "vllm-helm", "priority": 100},
+        # its own field manager: the objects show that this operator, configured by the
+        # chart, wrote them (and not another operator running in the same cluster)
+        "settings": {"peeringName": "vllm-helm", "priority": 100, "fieldManager": "vllm-helm"},
         "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
         "tolerations": KWOK,  # so kwok "runs" the chart's own operator pods
     }
@@ -338,6 +360,12 @@ def test_install_upgrade_with_a_changed_crd_and_uninstall(
         ready_s = time.monotonic() - t1
         pods_before = vllm_pods(cluster, namespace)
         vdep_before = get(cluster, namespace, "deployment", "minimal")
+        assert vdep_before is not None
+        shown = cluster.kubectl(
+            "get", "deployment", "minimal", "-n", namespace, "--show-managed-fields", "-o", "json"
+        )
+        managers = {f["manager"] for f in json.loads(shown)["metadata"]["managedFields"]}
+        assert "vllm-helm" in managers, managers
         assert pods_before
         assert vdep_before
 
