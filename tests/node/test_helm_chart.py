@@ -41,6 +41,7 @@ def quiet_plain_operator(real_cluster: LocalCluster) -> Iterator[None]:
         real_cluster.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=1")
 
 
+@pytest.mark.timeout(1500)  # cluster start, image import, vLLM's start on CPU
 def test_the_chart_runs_the_operator_image_and_a_sample_serves(
     real_cluster: LocalCluster, quiet_plain_operator: None
 ) -> None:
@@ -106,7 +107,20 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
             assert all(c["ready"] for c in p["status"]["containerStatuses"])
         lc.kubectl("apply", "-n", ns, "-f", str(SAMPLES / "tiny-cpu.yaml"))
         t1 = time.monotonic()
-        wait_for("tiny-cpu Ready", lambda: ready(lc, ns, "tiny-cpu"), timeout=600, every=3)
+        try:
+            wait_for("tiny-cpu Ready", lambda: ready(lc, ns, "tiny-cpu"), timeout=900, every=3)
+        except AssertionError:
+            for args in (
+                ("get", "vsvc,deploy,pods", "-o", "wide"),
+                ("get", "events", "--sort-by=.lastTimestamp"),
+            ):
+                print(lc.kubectl(*args, "-n", ns, check=False))
+            print(
+                lc.kubectl(
+                    "get", "vsvc", "tiny-cpu", "-n", ns, "-o", "jsonpath={.status}", check=False
+                )
+            )
+            raise
         ready_s = time.monotonic() - t1
         helm("uninstall", release, "-n", rel_ns, "--wait", kubeconfig=lc.kubeconfig)
         assert ready(lc, ns, "tiny-cpu")
