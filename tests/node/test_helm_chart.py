@@ -130,5 +130,6 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
         )
     finally:
         helm("uninstall", release, "-n", rel_ns, kubeconfig=lc.kubeconfig, check=False)
-        lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        for name in (ns, rel_ns):
+            lc.kubectl("delete", "namespace", name, "--wait=false", check=False)
         model_volume.delete(lc, ns)
