@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from tests.support import SESSION_OPERATORS
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
 from vllm_localenv.operator_process import OperatorProcess, install
 from vllm_localenv.vllm_server import VllmServer, tiny_model
@@ -82,5 +83,7 @@ def operator(
         extra_env={"VLLM_OPERATOR_PRIORITY": "1000"},
     )
     proc.start()
+    SESSION_OPERATORS.append(proc)
     yield proc
+    SESSION_OPERATORS.remove(proc)
     proc.stop()

@@ -14,6 +14,9 @@ import yaml
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster
 
 SAMPLES = REPO_ROOT / "crds" / "samples"
+# the operators the session's fixtures started (a test that needs to be the only operator of
+# the cluster stops and restarts them)
+SESSION_OPERATORS: list[Any] = []
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:

@@ -819,14 +819,16 @@ class LocalCluster:
         self.kubeconfig.chmod(0o600)
 
     # ---- nodes -------------------------------------------------------------------------
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
+    ) -> str:
         """Runs the pinned kubectl against this cluster and returns stdout."""
         res = subprocess.run(
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
             check=False,
         )
         if check and res.returncode != 0:

@@ -247,7 +247,8 @@ def unmount_under(roots: list[Path], before: HostSnapshot) -> None:
 def kill_and_remove_cgroups(root_name: str, before: HostSnapshot) -> None:
     """SIGKILLs the processes left in the node's cgroups (its pods' processes, started by its
     containerd) and removes every cgroup under root_name that did not exist before."""
-    for _attempt in range(20):
+    # a killed vLLM pod can take many seconds to give back gigabytes of memory and exit
+    for _attempt in range(300):
         remaining = [c for c in _cgroups() if c not in before.cgroups and _under(c, root_name)]
         if not remaining:
             return

@@ -56,6 +56,7 @@ def deploy_operator(cluster: LocalCluster, timeout_seconds: int = 300) -> None:
         "-n",
         OPERATOR_NAMESPACE,
         f"--timeout={timeout_seconds}s",
+        timeout=timeout_seconds + 30,
     )
 
 

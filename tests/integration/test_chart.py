@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.chart_support import CHART, find, helm, set_args, template
-from tests.support import SAMPLES, condition, get, items, ready, wait_for
+from tests.support import SAMPLES, SESSION_OPERATORS, condition, get, items, ready, wait_for
 from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster
 from vllm_localenv.vllm_server import free_port
 
@@ -308,7 +308,20 @@ def no_leftover_release(cluster: LocalCluster) -> Iterator[None]:
     uninstall_release(cluster)
 
 
-@pytest.mark.usefixtures("no_leftover_release")
+@pytest.fixture
+def no_other_operator() -> Iterator[None]:
+    """The session's operator (tests/conftest.py), when an earlier test started it, watches
+    every namespace and would reconcile this test's service before the chart's operator (whose
+    namespaced start takes ~55 s): it is stopped for this test and started again after."""
+    running = [op for op in SESSION_OPERATORS if op.pid is not None]
+    for op in running:
+        op.stop()
+    yield
+    for op in running:
+        op.start()
+
+
+@pytest.mark.usefixtures("no_leftover_release", "no_other_operator")
 @pytest.mark.parametrize("discovery", [False, True], ids=["roles-only", "with-discovery"])
 def test_install_upgrade_with_a_changed_crd_and_uninstall(
     cluster: LocalCluster, namespace: str, tmp_path: Path, discovery: bool
