@@ -128,6 +128,9 @@ async def _warm_up(ctx: Context, environment: dict[str, Any]) -> None:
     environment["warmup"] = {
         "requests": len(discarded.samples),
         "seconds": round(time.perf_counter() - t0, 4),
+        # the server counted these too: whoever reconciles the server's counters needs them
+        "promptTokens": sum(int(x.get("promptTokens") or 0) for x in discarded.samples),
+        "outputTokens": sum(int(x.get("outputTokens") or 0) for x in discarded.samples),
     }
 
 
