@@ -76,6 +76,7 @@ def _wait_benchmarked(
     return dict(wait_for("the rollout's benchmark in the status", done, timeout=timeout, every=3))
 
 
+@pytest.mark.timeout(2400)  # two CPU vLLM starts and two benchmark runs on 2 busy cores
 def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     operator_in_cluster: LocalCluster, model_namespace: str
 ) -> None:
