@@ -18,8 +18,8 @@ def main() -> int:
     kopf.configure(verbose=settings.verbose, log_format=log_format, log_prefix=True)
     asyncio.run(
         kopf.operator(
-            clusterwide=settings.namespace is None,
-            namespaces=[settings.namespace] if settings.namespace else (),
+            clusterwide=not settings.watched_namespaces(),
+            namespaces=settings.watched_namespaces(),
             standalone=settings.standalone,
             peering_name=settings.peering_name,
             # equal priorities make every replica pause (kopf's rule); random ones elect one

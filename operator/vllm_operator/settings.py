@@ -5,8 +5,11 @@ Handed to handlers through kopf's memo; renderers receive them as an argument.
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import json
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class OperatorSettings(BaseSettings):
@@ -20,7 +23,14 @@ class OperatorSettings(BaseSettings):
     # A drift timer re-runs the same reconcile; reads only, unless something drifted.
     resync_seconds: float = 60.0
     cluster_domain: str = "cluster.local"
-    namespace: str | None = Field(default=None, description="Watch only this namespace.")
+    namespace: str | None = Field(
+        default=None, description="Watch only this namespace (legacy; see `namespaces`)."
+    )
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Watch only these namespaces (JSON list or comma-separated in the "
+        "environment variable); empty together with `namespace`: the whole cluster.",
+    )
     peering_name: str = "vllm-operator"
     standalone: bool = Field(
         default=False,
@@ -67,3 +77,17 @@ class OperatorSettings(BaseSettings):
     )
     # kopf's watch requests are restarted after this many seconds; short in tests
     watch_timeout_seconds: int = 300
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    def watched_namespaces(self) -> tuple[str, ...]:
+        """The namespaces the operator watches; empty: the whole cluster."""
+        names = [*self.namespaces, *([self.namespace] if self.namespace else [])]
+        return tuple(dict.fromkeys(names))
