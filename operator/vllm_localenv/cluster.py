@@ -73,6 +73,7 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",  # model claims bound to local volumes
     "persistentvolume-protection-controller",
     "persistentvolumeclaim-protection-controller",
+    "resourcequota-controller",  # fills in quota usage, from which quotas are enforced
 )
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")

@@ -283,25 +283,13 @@ def test_pods_that_cannot_be_created_are_reported(
             "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
         }
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(quota))
-        # the quota is enforced from its status, which the resourcequota controller fills in;
-        # the local control plane does not run that controller, so the test does
-        cluster.kubectl(
-            "patch",
-            "resourcequota",
-            "no-gpus",
-            "-n",
-            namespace,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(
-                {
-                    "status": {
-                        "hard": quota["spec"]["hard"],
-                        "used": {"requests.nvidia.com/gpu": "0"},
-                    }
-                }
-            ),
+        # the quota is enforced from its status, which the resourcequota controller fills in
+        wait_for(
+            "the resourcequota controller to fill in the quota's status",
+            lambda: (
+                (get(cluster, namespace, "resourcequota", "no-gpus") or {}).get("status") or {}
+            ).get("used"),
+            timeout=60,
         )
         expected = "exceeded quota"
     else:
