@@ -60,11 +60,6 @@ def test_a_new_optional_field_in_the_crd_leaves_services_ready(
     stays_ready(cluster, namespace, "minimal", 15)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec models forbid unknown fields (extra='forbid'), so a CRD default for a field "
-    "this operator does not know turns every service InvalidSpec: docs/versioning.md",
-)
 def test_a_new_defaulted_object_in_the_crd_leaves_services_ready(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str, restore_crd: None
 ) -> None:
