@@ -50,6 +50,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.persistence.finalizer = ours.finalizer
     settings.watching.server_timeout = ours.watch_timeout_seconds
     settings.watching.client_timeout = ours.watch_timeout_seconds + 10
+    # namespaced mode (Roles only): kopf would list and watch CRDs and namespaces cluster-wide,
+    # be refused, retry each 403 with its error_backoffs (1+1+2+3+5+8+13+21 = 54 s) and only
+    # then fall back. It needs neither: the namespaces are listed exactly, and the resources it
+    # serves are found once at start-up by discovery (/apis, readable by every client).
+    if ours.watched_namespaces():
+        settings.scanning.disabled = True
     # many services roll out at once after an upgrade: do not serialise them on few workers
     settings.execution.max_workers = 16
     # the service's events are the operator's own (reconcile derives them from condition

@@ -1,6 +1,6 @@
 """The Helm chart on the real node, nothing simulated: `helm install` with the images built
 here (never pulled) brings up two peered operator replicas from the operator image, in
-namespaced mode (Roles + read-only discovery), and the CPU sample becomes Ready on the node;
+namespaced mode (Roles only, nothing cluster-scoped), and the CPU sample becomes Ready on the node;
 `helm uninstall` leaves the service serving.
 
 Run it alone, holding the host's real-node lock:
@@ -50,7 +50,7 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
     lc.kubectl("create", "namespace", ns)
     model_volume.create(lc, ns)
     values = {
-        "rbac": {"watchNamespaces": [ns], "namespacedDiscovery": True},
+        "rbac": {"watchNamespaces": [ns]},
         "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
         "settings": {
             "peeringName": release,

@@ -17,10 +17,13 @@ from vllm_operator.settings import OperatorSettings
 pytestmark = pytest.mark.helm
 # settings the chart derives from other values instead of exposing them twice
 DERIVED = {
-    "namespace": "rbac.watchNamespaces",
+    "namespaces": "rbac.watchNamespaces",
+    "namespace": "rbac.watchNamespaces (the legacy single namespace; the chart sets `namespaces`)",
     "liveness_endpoint": "healthPort",
     "metrics_port": "metrics.enabled / metrics.port",
 }
+# settings the chart never sets (a newer one replaces them)
+LEGACY = {"namespace"}
 
 
 def test_helm_lint_strict() -> None:
@@ -79,17 +82,18 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
         "watchTimeoutSeconds": 9,
         "scrapeInterval": "30s",
     }
-    dep = find(template({"settings": probe, "rbac": {"watchNamespaces": ["team-a"]}}), "Deployment")
+    values_set = {"settings": probe, "rbac": {"watchNamespaces": ["team-a", "team-b"]}}
+    dep = find(template(values_set), "Deployment")
     env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     prefix = OperatorSettings.model_config.get("env_prefix", "")
-    names = {f"{prefix}{f.upper()}" for f in OperatorSettings.model_fields}
+    names = {f"{prefix}{f.upper()}" for f in OperatorSettings.model_fields if f not in LEGACY}
     assert names <= set(env), names - set(env)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     settings = OperatorSettings()
     assert settings.resync_seconds == 7.5
     assert settings.monitoring_labels == {"release": "prom"}
-    assert settings.namespace == "team-a"
+    assert settings.watched_namespaces() == ("team-a", "team-b")
     assert settings.metrics_port == 8081
 
 

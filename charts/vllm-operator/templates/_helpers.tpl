@@ -48,16 +48,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* The one watched namespace, or "" for cluster-wide. The operator (settings.namespace)
-watches one namespace at most; a longer list is refused rather than silently narrowed. */}}
-{{- define "vllm-operator.watchNamespace" -}}
-{{- $ns := .Values.rbac.watchNamespaces }}
-{{- if gt (len $ns) 1 }}
-{{- fail (printf "rbac.watchNamespaces has %d entries, but the operator watches one namespace (VLLM_OPERATOR_NAMESPACE) or all: install one release per namespace, or leave the list empty for cluster-wide" (len $ns)) }}
-{{- end }}
-{{- if $ns }}{{ first $ns }}{{ end }}
-{{- end }}
-
 {{/* The operator's environment: VLLM_OPERATOR_<SETTING> for every non-null setting. */}}
 {{- define "vllm-operator.env" -}}
 {{- range $key, $value := .Values.settings }}
@@ -67,9 +57,9 @@ watches one namespace at most; a longer list is refused rather than silently nar
   value: {{ if kindIs "map" $value }}{{ toJson $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
 {{- end }}
 {{- end }}
-{{- with include "vllm-operator.watchNamespace" . }}
-- name: VLLM_OPERATOR_NAMESPACE
-  value: {{ . | quote }}
+{{- with .Values.rbac.watchNamespaces }}
+- name: VLLM_OPERATOR_NAMESPACES
+  value: {{ join "," . | quote }}
 {{- end }}
 - name: VLLM_OPERATOR_LIVENESS_ENDPOINT
   value: {{ printf "http://0.0.0.0:%d/healthz" (int .Values.healthPort) | quote }}
@@ -80,48 +70,57 @@ watches one namespace at most; a longer list is refused rather than silently nar
 {{- end }}
 {{- end }}
 
-{{/* The namespaces that get namespaced RBAC: the watched one, or none (cluster-wide). */}}
+{{/* The operator's permissions in a namespace it serves: exactly the requests it makes
+(operator/vllm_operator/kube.py, apply.py, benchmarking.py, observe.py and kopf's watches);
+tests/integration/test_least_privilege.py runs it under these rules and finds no refusal. */}}
 {{- define "vllm-operator.rules" -}}
-# the API it serves
+# the API it serves: kopf lists and watches it and patches its bookkeeping annotations; each
+# reconcile reads the service and replaces its status
 - apiGroups: [serving.vllm-operator.dev]
   resources: [vllmservices]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch, patch]
 - apiGroups: [serving.vllm-operator.dev]
   resources: [vllmservices/status]
-  verbs: [get, patch, update]
-# the children it renders (server-side apply = patch; prune = delete)
+  verbs: [patch]
+# the children it renders: read before writing (no write when nothing changed), written by
+# server-side apply (patch; create when the object does not exist yet); never deleted (the
+# garbage collector does that through owner references)
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
-  resources: [services]
-  verbs: [get, list, watch, create, patch, update, delete]
+  resources: [services, serviceaccounts]
+  verbs: [get, create, patch]
+# children that come and go with the spec: also listed and pruned (autoscaling off, one
+# replica, the Prometheus Operator's kinds only where its CRDs are served)
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, update, delete]
-# monitoring objects, rendered only where the Prometheus Operator's CRDs exist
+  verbs: [get, list, create, patch, delete]
 - apiGroups: [monitoring.coreos.com]
   resources: [prometheusrules, podmonitors]
-  verbs: [get, list, watch, create, patch, update, delete]
-# benchmark of each rollout: the Job, its result ConfigMap, its ServiceAccount + Role + binding
+  verbs: [get, list, create, patch, delete]
+# the benchmark of each rollout: the Job and the run's ConfigMaps (watched: a finished run
+# wakes the operator; superseded runs and pruned history are deleted)
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
-  resources: [configmaps, serviceaccounts]
-  verbs: [get, list, watch, create, patch, update, delete]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+# the Job's own Role (get/patch of its one ConfigMap; the API server lets the operator grant
+# only what it holds itself, so no bind or escalate) and its RoleBinding
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch]
 # observe: why a replica is not up (unschedulable, crash loop, image pull)
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
-# Events on the VLLMService for important transitions
-- apiGroups: ["", events.k8s.io]
+  verbs: [list]
+# Events on the VLLMService, one per condition transition
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end }}
