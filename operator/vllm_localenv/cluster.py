@@ -54,6 +54,9 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "cluster"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# every request (reads and refusals too) of the ServiceAccounts in this namespace is audited:
+# a test that must see each 403 of an operator runs it as an account here
+AUDITED_NAMESPACE = "vllm-audited"
 
 # The controllers users of the operator rely on; everything else stays off to save CPU.
 CONTROLLERS = (
@@ -698,6 +701,10 @@ class LocalCluster:
             "kind": "Policy",
             "omitStages": ["RequestReceived"],
             "rules": [
+                {
+                    "level": "Metadata",
+                    "userGroups": [f"system:serviceaccounts:{AUDITED_NAMESPACE}"],
+                },
                 {
                     "level": "Metadata",
                     "verbs": ["create", "update", "patch", "delete", "deletecollection"],
