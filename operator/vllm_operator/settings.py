@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -40,6 +40,31 @@ class OperatorSettings(BaseSettings):
         default=None,
         description="Peering priority; replicas with a lower one pause. Unset: "
         "random at start-up, so of two replicas exactly one works and the other stands by.",
+    )
+    # Leader election on a Lease, with fencing (leader.py says why the timings must satisfy
+    # lease > deadline > retry): kopf then runs standalone, only the leader writes.
+    leader_election: bool = Field(
+        default=True,
+        description="Lease-based leader election with fencing (off: kopf peering, or a "
+        "single replica with `standalone`).",
+    )
+    lease_name: str = Field(default="vllm-operator", description="The leader-election Lease.")
+    lease_namespace: str | None = Field(
+        default=None,
+        description="Namespace of the Lease; unset: POD_NAMESPACE, else the pod's own.",
+    )
+    lease_duration_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A standby takes the Lease after seeing it unrenewed this long.",
+    )
+    renew_deadline_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="The leader stops writing when it has not renewed for this long.",
+    )
+    retry_period_seconds: float = Field(
+        default=2.0, gt=0, description="How often the leader renews and a standby looks."
     )
     log_json: bool = Field(default=False, description="JSON log lines (for log pipelines).")
     verbose: bool = Field(default=False, description="Debug logging.")
@@ -86,6 +111,22 @@ class OperatorSettings(BaseSettings):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _election_timings(self) -> OperatorSettings:
+        # leader.py's fencing argument: the holder stops writing (renew deadline) before a
+        # standby may take over (lease duration), and renews several times in between
+        if not self.lease_duration_seconds > self.renew_deadline_seconds:
+            raise ValueError(
+                "lease_duration_seconds must be greater than renew_deadline_seconds "
+                f"({self.lease_duration_seconds} <= {self.renew_deadline_seconds})"
+            )
+        if not self.renew_deadline_seconds > self.retry_period_seconds:
+            raise ValueError(
+                "renew_deadline_seconds must be greater than retry_period_seconds "
+                f"({self.renew_deadline_seconds} <= {self.retry_period_seconds})"
+            )
+        return self
 
     def watched_namespaces(self) -> tuple[str, ...]:
         """The namespaces the operator watches; empty: the whole cluster."""
