@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often the batching ladder scrapes /metrics for the queue depth (default 0.25; "
         "a scrape costs vLLM's API process about 5 ms of CPU)",
     )
+    bounds.add_argument(
+        "--live-load-interval-seconds",
+        type=_positive(float),
+        default=0.5,
+        help="how often the target's running and waiting requests are read during every "
+        "scenario, to see load that is not the runner's (result: liveLoad; default 0.5)",
+    )
     sizes = run.add_argument_group("workload")
     sizes.add_argument(
         "--requests",
@@ -272,6 +279,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
         wait_ready_seconds=args.wait_ready_seconds,
         metrics_interval_seconds=args.metrics_interval_seconds,
+        live_load_interval_seconds=args.live_load_interval_seconds,
         prometheus_url=args.prometheus_url,
         warmup_requests=args.warmup_requests,
         rounds=args.rounds,

@@ -222,6 +222,9 @@ class OpenAIClient:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        # generation requests sent and not yet answered in full (liveload.py subtracts them
+        # from the server's running + waiting to see somebody else's)
+        self.in_flight = 0
 
     async def __aenter__(self) -> OpenAIClient:
         self._session = aiohttp.ClientSession(
@@ -385,7 +388,9 @@ class OpenAIClient:
         usage: dict[str, Any] = {}
         finish_reason: str | None = None
         done = False
+        self.in_flight += 1
         async with (
+            _counted_out(self),
             self._call(what),
             self.session.post(self.base_url + request.path, json=body) as resp,
         ):
@@ -422,6 +427,15 @@ class OpenAIClient:
             text="".join(text_parts),
             finish_reason=finish_reason,
         )
+
+
+@contextlib.asynccontextmanager
+async def _counted_out(client: OpenAIClient) -> AsyncIterator[None]:
+    """Takes a request off `client.in_flight` when it ends, however it ends."""
+    try:
+        yield
+    finally:
+        client.in_flight -= 1
 
 
 def _parse_chunk(data: str, what: str) -> dict[str, Any]:

@@ -17,6 +17,9 @@ from urllib.parse import urlsplit
 
 from vllm_bench import __version__
 from vllm_bench.client import BenchError, Budget, OpenAIClient, Request
+from vllm_bench.liveload import FAMILIES as LIVE_LOAD_FAMILIES
+from vllm_bench.liveload import LiveLoad
+from vllm_bench.liveload import document as live_load_document
 from vllm_bench.metrics import CACHE_CONFIG_INFO
 from vllm_bench.promql import server_histograms, server_state
 from vllm_bench.results import build_document, error_record
@@ -162,15 +165,22 @@ async def run_benchmark(
         api_key=api_key,
         max_connections=connections,
     ) as client:
+        live = LiveLoad(
+            lambda: client.metrics(only=LIVE_LOAD_FAMILIES),
+            lambda: client.in_flight,
+            config.live_load_interval_seconds,
+        )
         try:
             ctx = await _prepare(client, config, environment, progress or NoProgress())
             await _warm_up(ctx, environment)
         except BenchError as exc:
             errors.append(error_record("setup", exc))
         else:
-            await _run_scenarios(ctx, scenarios, errors, on_scenario_done)
+            await _run_scenarios(ctx, scenarios, errors, on_scenario_done, live)
     finished_at = time.time()
     extra: dict[str, Any] = {}
+    if live.windows:
+        extra["liveLoad"] = live_load_document(config.url, live.windows)
     if config.prometheus_url and scenarios:
         try:
             extra["serverHistograms"] = await asyncio.to_thread(
@@ -193,13 +203,21 @@ async def run_benchmark(
 
 
 async def _run_one(
-    ctx: Context, name: str, round_number: int, on_scenario_done: ScenarioDone | None
+    ctx: Context,
+    name: str,
+    round_number: int,
+    on_scenario_done: ScenarioDone | None,
+    live: LiveLoad | None = None,
 ) -> tuple[ScenarioResult, BenchError | None]:
     result = ScenarioResult()
     failure: BenchError | None = None
     t0 = time.perf_counter()
     try:
-        await SCENARIOS[name](ctx, result)
+        if live is None:
+            await SCENARIOS[name](ctx, result)
+        else:
+            async with live.window(name, result.samples):
+                await SCENARIOS[name](ctx, result)
     except BenchError as exc:
         failure = exc
     except Exception as exc:  # noqa: BLE001 - a bug must not lose the results so far
@@ -236,6 +254,7 @@ async def _run_scenarios(
     scenarios: dict[str, Any],
     errors: list[dict[str, str]],
     on_scenario_done: ScenarioDone | None,
+    live: LiveLoad | None = None,
 ) -> None:
     names = list(ctx.config.scenarios)
     done: dict[str, list[ScenarioResult]] = {}
@@ -244,7 +263,7 @@ async def _run_scenarios(
         for position, name in enumerate(names):
             if name in failed or (round_number > 1 and name not in ROUNDED_SCENARIOS):
                 continue
-            result, failure = await _run_one(ctx, name, round_number, on_scenario_done)
+            result, failure = await _run_one(ctx, name, round_number, on_scenario_done, live)
             if failure is None or name not in done:  # a failed later round keeps the others
                 done.setdefault(name, []).append(result)
             scenarios[name] = scenario_document(done[name])

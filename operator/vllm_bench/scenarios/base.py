@@ -45,6 +45,7 @@ class BenchConfig:
     seed: int = 0
     wait_ready_seconds: float = 0.0
     metrics_interval_seconds: float = 0.25
+    live_load_interval_seconds: float = 0.5  # liveload.py: polls the target during scenarios
     prometheus_url: str | None = None
     warmup_requests: int = 8  # sent and discarded before the first scenario
     rounds: int = 1  # each scenario in ROUNDED_SCENARIOS runs this often, interleaved
