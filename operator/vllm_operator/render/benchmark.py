@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from vllm_operator import GROUP
+from vllm_operator.benchtarget import Target
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL, owner_reference
 from vllm_operator.render.service import endpoint
 from vllm_operator.settings import OperatorSettings
@@ -24,6 +25,12 @@ STATE_KEY = "state"
 MESSAGE_KEY = "message"
 VERDICT_KEY = "verdict"
 VERDICT_FAILURES_KEY = "verdictFailures"
+# the pod the run measures (benchtarget.py), in the run's record and on the Job
+TARGET_POD_KEY = "targetPod"
+TARGET_UID_KEY = "targetPodUID"
+TARGET_IP_KEY = "targetPodIP"
+TARGET_PORT_KEY = "targetPort"
+TARGET_ANNOTATION = f"{GROUP}/target-pod"
 RESULTS_DIR = "/results"
 # leave the runner time to write its partial results before the Job's deadline kills it
 RUNNER_DEADLINE_MARGIN_SECONDS = 30
@@ -92,16 +99,38 @@ def render_result_configmap(svc: Service, rev: str) -> dict[str, Any]:
     }
 
 
-def render_run_record(svc: Service, rev: str) -> dict[str, Any]:
+def render_run_record(svc: Service, rev: str, target: Target | None = None) -> dict[str, Any]:
     """Created with the run, before the Job: the spec of the revision (what a rollback
-    restores, re-rendered and checked against `rev` first). The operator later merges the
-    verdict into it, and the state of a run it ended (superseded, no result)."""
+    restores, re-rendered and checked against `rev` first) and the pod the run measures. The
+    operator later merges the verdict into it, and the state of a run it ended (superseded,
+    no result, its pod gone)."""
+    data = {SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True)}
+    if target is not None:
+        data |= {
+            TARGET_POD_KEY: target.pod,
+            TARGET_UID_KEY: target.uid,
+            TARGET_IP_KEY: target.ip,
+            TARGET_PORT_KEY: str(target.port),
+        }
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(svc, record_name(run_name(svc, rev)), rev, RECORD_COMPONENT),
-        "data": {SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True)},
+        "data": data,
     }
+
+
+def recorded_target(record: dict[str, str]) -> Target | None:
+    """The measured pod as the run's record holds it (None: a run recorded before runs
+    targeted one pod, or a record without it)."""
+    pod, ip = record.get(TARGET_POD_KEY), record.get(TARGET_IP_KEY)
+    if not pod or not ip:
+        return None
+    try:
+        port = int(record.get(TARGET_PORT_KEY, ""))
+    except ValueError:
+        return None
+    return Target(pod=pod, uid=record.get(TARGET_UID_KEY, ""), ip=ip, port=port)
 
 
 def render_account(svc: Service, rev: str) -> list[dict[str, Any]]:
@@ -132,16 +161,19 @@ def render_account(svc: Service, rev: str) -> list[dict[str, Any]]:
     ]
 
 
-def runner_args(svc: Service, settings: OperatorSettings) -> list[str]:
+def runner_args(
+    svc: Service, settings: OperatorSettings, target: Target | None = None
+) -> list[str]:
     """The user's args first, the operator's flags last: argparse keeps the last value of a
     flag, so even a runner flag the CRD does not know yet cannot redirect the load (and the
-    service's API key, sent as the bearer token) away from the service."""
+    service's API key, sent as the bearer token) away from the service. `target`: the one pod
+    measured (benchtarget.py); without one, the Service (every replica, load-balanced)."""
     b = svc.spec.benchmark
     return [
         "run",
         *b.args,
         "--url",
-        endpoint(svc, settings).removesuffix("/v1"),
+        target.url if target is not None else endpoint(svc, settings).removesuffix("/v1"),
         "--model",
         svc.spec.served_model_name,
         "--scenarios",
@@ -153,7 +185,11 @@ def runner_args(svc: Service, settings: OperatorSettings) -> list[str]:
     ]
 
 
-def render_job(svc: Service, settings: OperatorSettings, rev: str) -> dict[str, Any]:
+def render_job(
+    svc: Service, settings: OperatorSettings, rev: str, target: Target | None = None
+) -> dict[str, Any]:
+    """`target`: the pod to measure (its IP and port; recorded on the Job as an annotation
+    too, for `kubectl describe`); None: the Service."""
     b = svc.spec.benchmark
     name = run_name(svc, rev)
     env: list[dict[str, Any]] = [
@@ -174,7 +210,14 @@ def render_job(svc: Service, settings: OperatorSettings, rev: str) -> dict[str, 
         "image": b.image or settings.benchmark_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "vllm_benchjob"],
-        "args": ["--configmap", name, "--revision", rev, "--", *runner_args(svc, settings)],
+        "args": [
+            "--configmap",
+            name,
+            "--revision",
+            rev,
+            "--",
+            *runner_args(svc, settings, target),
+        ],
         "env": env,
         # one asyncio process: it never uses more than a core, and mostly waits on the server;
         # half a core leaves room beside a CPU-served model on a small node
@@ -189,10 +232,13 @@ def render_job(svc: Service, settings: OperatorSettings, rev: str) -> dict[str, 
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
+    meta = _meta(svc, name, rev)
+    if target is not None:
+        meta["annotations"] = {TARGET_ANNOTATION: f"{target.pod} {target.url}"}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta(svc, name, rev),
+        "metadata": meta,
         "spec": {
             # a retry would measure a warmed-up server and not compare; a failure is reported
             "backoffLimit": 0,

@@ -1,0 +1,150 @@
+"""Which pod a benchmark run measures (benchtarget.py, pure), and the Job and record rendered
+for it: the runner gets the pod's own URL, the record names the pod, a pod that goes away
+mid-run is said to be gone (issue 10, item 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.builders import service
+from vllm_bench.cli import build_parser
+from vllm_operator.benchtarget import Target, choose_target, revision_pods, target_gone
+from vllm_operator.render.benchmark import (
+    TARGET_ANNOTATION,
+    recorded_target,
+    render_job,
+    render_run_record,
+)
+from vllm_operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings()
+
+
+def deployment(
+    replicas: int = 2, updated: int = 2, generation: int = 3, seen: int = 3
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "svc", "generation": generation},
+        "status": {"observedGeneration": seen, "replicas": replicas, "updatedReplicas": updated},
+    }
+
+
+def pod(
+    name: str,
+    created: str,
+    *,
+    hash_: str = "7c9f",
+    ready: bool = True,
+    ip: str | None = "10.85.0.7",
+    terminating: bool = False,
+    owner: str | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "uid": uid or f"uid-{name}",
+        "creationTimestamp": created,
+        "labels": {"pod-template-hash": hash_},
+        "ownerReferences": [
+            {"kind": "ReplicaSet", "name": owner or f"svc-{hash_}", "controller": True}
+        ],
+    }
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-30T18:00:00Z"
+    status: dict[str, Any] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+def test_the_oldest_ready_pod_of_the_revision_is_measured() -> None:
+    pods = [
+        pod("svc-7c9f-bbbbb", "2026-11-30T17:05:00Z", ip="10.85.0.9"),
+        pod("svc-7c9f-aaaaa", "2026-11-30T17:01:00Z", ip="10.85.0.7"),
+        pod("svc-7c9f-ccccc", "2026-11-30T17:00:00Z", ip="10.85.0.5", ready=False),
+    ]
+    choice = choose_target(deployment(replicas=3, updated=3), pods, 8000)
+    assert choice.target == Target("svc-7c9f-aaaaa", "uid-svc-7c9f-aaaaa", "10.85.0.7", 8000)
+    assert choice.target.url == "http://10.85.0.7:8000"
+    # the same choice whatever order the list comes in; a tie on time goes by name
+    assert choose_target(deployment(replicas=3, updated=3), pods[::-1], 8000) == choice
+    tie = [pod("svc-7c9f-b", "2026-11-30T17:00:00Z"), pod("svc-7c9f-a", "2026-11-30T17:00:00Z")]
+    assert choose_target(deployment(), tie, 8000).target.pod == "svc-7c9f-a"  # type: ignore[union-attr]
+
+
+def test_terminating_pods_of_the_old_revision_are_never_chosen() -> None:
+    pods = [
+        pod("svc-1111-old", "2026-11-30T16:00:00Z", hash_="1111", terminating=True),
+        pod("svc-7c9f-new", "2026-11-30T17:00:00Z", ip="10.85.0.8"),
+    ]
+    got = choose_target(deployment(replicas=1, updated=1), pods, 8000).target
+    assert got is not None
+    assert got.pod == "svc-7c9f-new"
+    # a terminating pod of the new revision either (it is on its way out: a scale-in)
+    assert choose_target(deployment(replicas=1, updated=1), [pods[0]], 8000).target is None
+
+
+def test_nothing_is_chosen_while_a_rollout_is_under_way() -> None:
+    pods = [pod("svc-7c9f-a", "2026-11-30T17:00:00Z")]
+    for dep, why in [
+        (None, "does not exist"),
+        (deployment(seen=2), "has not seen the current pod template"),
+        (deployment(updated=1), "1 of 2 pods updated"),
+    ]:
+        choice = choose_target(dep, pods, 8000)
+        assert choice.target is None
+        assert why in choice.reason
+    # a read of the pods newer than the Deployment's: pods of two ReplicaSets
+    mixed = [*pods, pod("svc-2222-b", "2026-11-30T17:10:00Z", hash_="2222")]
+    choice = choose_target(deployment(), mixed, 8000)
+    assert (choice.target, "more than one ReplicaSet" in choice.reason) == (None, True)
+
+
+def test_only_pods_of_the_deployments_replicaset_that_are_ready_with_an_ip_count() -> None:
+    stranger = pod("other-7c9f-a", "2026-11-30T16:00:00Z", owner="other-7c9f")
+    assert revision_pods(deployment(), [stranger]) == ([], "no pod of the current revision exists")
+    for unready in (pod("svc-7c9f-a", "t", ready=False), pod("svc-7c9f-a", "t", ip=None)):
+        choice = choose_target(deployment(), [unready], 8000)
+        assert (choice.target, choice.reason) == (None, "no pod of the current revision is Ready")
+
+
+def test_ipv6_pod_urls_are_bracketed() -> None:
+    assert Target("p", "u", "fd00::7", 8000).url == "http://[fd00::7]:8000"
+
+
+def test_a_measured_pod_that_goes_away_is_gone_and_an_unready_one_is_not() -> None:
+    target = Target("svc-7c9f-a", "uid-svc-7c9f-a", "10.85.0.7", 8000)
+    live = pod("svc-7c9f-a", "t")
+    assert target_gone(target, live) is None
+    assert target_gone(target, pod("svc-7c9f-a", "t", ready=False)) is None
+    assert target_gone(target, None) == (
+        "the measured pod svc-7c9f-a (10.85.0.7) was deleted during the run"
+    )
+    assert "began terminating" in str(target_gone(target, pod("svc-7c9f-a", "t", terminating=True)))
+    assert "replaced" in str(target_gone(target, pod("svc-7c9f-a", "t", uid="other")))
+
+
+def test_the_job_measures_the_pod_and_the_record_names_it() -> None:
+    svc = service("tiny-cpu")
+    target = Target("tiny-cpu-7c9f-a", "uid-a", "10.85.0.7", 8000)
+    job = render_job(svc, SETTINGS, "aaaaaaaaaa", target)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    runner = build_parser().parse_args(args[args.index("--") + 1 :])
+    assert runner.url == "http://10.85.0.7:8000"
+    assert job["metadata"]["annotations"] == {
+        TARGET_ANNOTATION: "tiny-cpu-7c9f-a http://10.85.0.7:8000"
+    }
+    record = render_run_record(svc, "aaaaaaaaaa", target)
+    assert record["data"]["targetPod"] == "tiny-cpu-7c9f-a"
+    assert record["data"]["targetPodIP"] == "10.85.0.7"
+    assert recorded_target(record["data"]) == target
+    # without a target (no pod chosen), the Service as before; a record without one
+    untargeted = render_job(svc, SETTINGS, "aaaaaaaaaa")
+    assert "annotations" not in untargeted["metadata"]
+    args = untargeted["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "http://tiny-cpu.ns.svc" in args[args.index("--url") + 1]
+    assert recorded_target(render_run_record(svc, "aaaaaaaaaa")["data"]) is None
+    assert recorded_target({"targetPod": "p", "targetPodIP": "1.2.3.4", "targetPort": "x"}) is None
