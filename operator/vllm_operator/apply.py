@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -22,6 +23,8 @@ from kubernetes.utils import parse_quantity
 from vllm_operator import API_VERSION
 from vllm_operator.kube import PLURALS, ApplyError, Kube, _failed, _path, _reason
 from vllm_operator.render.meta import SERVICE_LABEL
+
+log = logging.getLogger("vllm_operator")
 
 # Children whose existence depends on the spec; pruned when no longer rendered.
 PRUNABLE = (("autoscaling/v2", "HorizontalPodAutoscaler"), ("policy/v1", "PodDisruptionBudget"))
@@ -63,6 +66,16 @@ def covers(desired: object, live: object) -> bool:  # noqa: PLR0911
     return False
 
 
+def _owner_uids(obj: dict[str, Any]) -> set[str]:
+    return {str(o.get("uid")) for o in obj.get("metadata", {}).get("ownerReferences") or []}
+
+
+def written_generation(obj: dict[str, Any] | None, key: str) -> int:
+    """The service generation whose rendering last wrote `obj` (0: none recorded)."""
+    value = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(key, "")
+    return int(value) if str(value).isdigit() else 0
+
+
 @dataclass(frozen=True)
 class Change:
     kind: str
@@ -92,8 +105,32 @@ class Writer(Kube):
     def hash_annotation(self) -> str:
         return f"{self.settings.annotation_prefix}/desired-hash"
 
-    def apply(self, desired: dict[str, Any], live: dict[str, Any] | None = None) -> Change | None:
-        """Server-side apply `desired` unless `live` (read here when not given) covers it."""
+    @property
+    def generation_annotation(self) -> str:
+        """The service's metadata.generation whose rendering last wrote a child."""
+        return f"{self.settings.annotation_prefix}/generation"
+
+    def newer_than(self, live: dict[str, Any] | None, generation: int | None) -> bool:
+        """True when `live` was written from a later generation of its service than
+        `generation`: whoever renders from `generation` read a stale service."""
+        if generation is None or live is None:
+            return False
+        return written_generation(live, self.generation_annotation) > generation
+
+    def apply(
+        self,
+        desired: dict[str, Any],
+        live: dict[str, Any] | None = None,
+        *,
+        generation: int | None = None,
+    ) -> Change | None:
+        """Server-side apply `desired` unless `live` (read here when not given) covers it.
+
+        `generation`: the service's metadata.generation `desired` was rendered from; it is
+        recorded on the child when written, and a child already written from a later
+        generation is never regressed (a reconcile that read a stale service is a no-op).
+        Not part of the comparison: a new generation that renders the same child writes
+        nothing."""
         desired = self.stamp(desired)
         meta = desired["metadata"]
         api_version, kind = desired["apiVersion"], desired["kind"]
@@ -101,6 +138,18 @@ class Writer(Kube):
             live = self.get(api_version, kind, meta["namespace"], meta["name"])
         if live is not None and covers(desired, live):
             return None
+        if generation is not None:
+            owned = live is not None and bool(_owner_uids(live) & _owner_uids(desired))
+            if owned and self.newer_than(live, generation):
+                log.info(
+                    "%s %s was written from generation %s; not regressing it to %s",
+                    kind,
+                    meta["name"],
+                    written_generation(live, self.generation_annotation),
+                    generation,
+                )
+                return None
+            meta["annotations"][self.generation_annotation] = str(generation)
         try:
             self.writes += 1
             self._call(
@@ -130,8 +179,11 @@ class Writer(Kube):
         owner_uid: str,
         keep: set[tuple[str, str]],
         kinds: tuple[tuple[str, str], ...] = PRUNABLE,
+        *,
+        generation: int | None = None,
     ) -> list[Change]:
-        """Deletes children of `service` of the prunable `kinds` that were not rendered."""
+        """Deletes children of `service` of the prunable `kinds` that were not rendered
+        (never one written from a later generation than `generation`: a stale view)."""
         changes = []
         for api_version, kind in kinds:
             for item in self.list_children(
@@ -140,6 +192,8 @@ class Writer(Kube):
                 name = item["metadata"]["name"]
                 owners = item["metadata"].get("ownerReferences", [])
                 if (kind, name) in keep or not any(o.get("uid") == owner_uid for o in owners):
+                    continue
+                if self.newer_than(item, generation):
                     continue
                 if self.delete(api_version, kind, namespace, name):
                     changes.append(Change(kind, name, "deleted"))

@@ -175,7 +175,7 @@ def step(
             # the record before the run: a run exists only with the operator's record of it
             manifests[:0] = [render_run_record(svc, rev), render_result_configmap(svc, rev)]
         for manifest in manifests:
-            change = writer.apply(manifest)
+            change = writer.apply(manifest, generation=svc.generation)
             if change is not None:
                 changes.append(change)
         current = writer.get("batch/v1", "Job", svc.namespace, run_name(svc, rev))
@@ -246,6 +246,9 @@ def _supersede(
             job["metadata"]["name"] == current
             or not _job_state(job).active
             or (run and run.state != "Running")
+            # started from a later generation than this view of the service: the run of
+            # the current revision, seen from a stale read; never stopped
+            or writer.newer_than(job, svc.generation)
         ):
             continue
         if writer.delete(

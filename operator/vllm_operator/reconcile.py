@@ -53,6 +53,8 @@ class Outcome:
     # restored by a rollback in effect, and the HPA's ScalingActive status (None: no HPA)
     rolled_back_to: str | None = None
     scaling_active: str | None = None
+    # the service read was older than a child: nothing was done (the newer read reconciles)
+    stale: bool = False
 
 
 def _now() -> str:
@@ -177,6 +179,11 @@ def _pipeline(
             rolled_back_to = verdict.rollback_to.revision
 
     live_dep = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
+    if writer.newer_than(live_dep, svc.generation):
+        # the Deployment was written from a later generation than this (stale) read of the
+        # service: a no-op, so that a child never goes back to an older spec (and a run of
+        # the newer revision is never superseded by the older one's)
+        return Outcome(stale=True)
     live_replicas = (live_dep or {}).get("spec", {}).get("replicas")
     # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are served;
     # elsewhere the status says so (Monitoring=False) and nothing of theirs is touched
@@ -194,7 +201,11 @@ def _pipeline(
     changes: list[Change] = []
     for manifest in desired:
         # the Deployment was read above; apply() reads the other children itself
-        change = writer.apply(manifest, live=live_dep if manifest["kind"] == "Deployment" else None)
+        change = writer.apply(
+            manifest,
+            live=live_dep if manifest["kind"] == "Deployment" else None,
+            generation=svc.generation,
+        )
         if change is not None:
             changes.append(change)
     keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
@@ -204,6 +215,7 @@ def _pipeline(
         svc.uid,
         keep,
         PRUNABLE + (MONITORING_PRUNABLE if monitoring_crds else ()),
+        generation=svc.generation,
     )
 
     deployment_unchanged = not any(c.kind == "Deployment" for c in changes)
