@@ -1,33 +1,72 @@
-"""Operator benchmark on the local control plane (numbers, not assertions).
+"""Fleet-scale benchmark of the operator on the local control plane (numbers, not assertions).
 
-Measures, with the real operator running as its ServiceAccount:
-  * apply -> Ready=True for 1 service (several rounds) and for N services applied at once
-    (p50 / p95 / max, seconds),
-  * API writes and reads per service per no-op resync, from the API server's audit log,
-  * the operator's resident memory with 0 and with N services.
+With the real operator running as its ServiceAccount, beside unrelated objects it does not own
+(by default 10,000 ConfigMaps of 1 KiB and 1,000 Deployments with 0 replicas), it measures:
 
-Usage: .venv/bin/python benchmarks/operator_scale.py [--services 100] [--rounds 5]
-It starts its own cluster in .state/bench-cluster on free ports (13 fake 8-GPU nodes, so 100
-one-GPU services fit) and stops it at the end.
+  * apply -> Ready=True for 1 service (several rounds);
+  * a ladder of fleets (by default 10, then 100, then 1,000 services, each batch applied at
+    once in its own namespace, on top of the earlier ones): per batch the apply call, Ready
+    p50 / p95 / max and convergence (the operator's last write of the batch), then, with
+    nothing changing, one or more resync intervals ("no-op resync") measured from outside:
+    - the operator's CPU time (/proc/<pid>/stat utime+stime) and bytes it read (/proc/<pid>/io),
+    - API requests by verb from the API server's audit log (the benchmark's cluster audits
+      every request of the operator's ServiceAccount): writes (must be 0) and reads per
+      service per resync,
+    - the operator's own counters when it exports them (vllm_operator_api_requests_total by
+      verb, vllm_operator_reconciles_total, the reconcile-duration histogram),
+    - its resident memory;
+  * the kind of list/watch requests the operator makes: per resource, scope and label selector,
+    how many requests and how many objects that request's scope holds (what a list or the
+    initial watch sends it).
+
+Machine load (`uptime`) is recorded beside every figure: on a shared machine it matters.
+
+Usage:
+  .venv/bin/python benchmarks/operator_scale.py [--ladder 10,100,1000]
+      [--unrelated-configmaps 10000] [--unrelated-deployments 1000] [--resync 60]
+      [--operator-source REV] [--label before] [--out benchmarks/results/operator/x.json]
+
+`--operator-source REV` runs the operator (its code, CRDs and RBAC) as of a git revision,
+extracted with `git archive`, instead of the working tree: a baseline that other engineers'
+uncommitted edits cannot change. `--ladder 100 --unrelated-configmaps 0
+--unrelated-deployments 0` is the earlier "100 services on an empty cluster" measurement.
+
+It starts its own cluster in .state/bench-operator-scale on free ports (fake 64-GPU nodes, enough
+for every service and its benchmark pod), without the metrics pipeline, and stops it at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import math
+import os
+import shutil
 import statistics
+import subprocess
+import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_localenv.cluster import REPO_ROOT, GpuNode, LocalCluster, Ports
-from vllm_localenv.operator_process import OperatorProcess, install
+from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess
 
 GROUP, VERSION, PLURAL = "serving.vllm-operator.dev", "v1alpha1", "vllmservices"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+READ_VERBS = ("get", "list", "watch")
+STATE_DIR = REPO_ROOT / ".state" / "bench-operator-scale"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -37,6 +76,79 @@ def manifest(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"model": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}},
     }
+
+
+class BenchCluster(LocalCluster):
+    """The local cluster, auditing every request of the operator's ServiceAccount (reads
+    included, so reads per resync and the operator's watch requests can be counted) and
+    nothing else (the benchmark's own 11,000 creates would only fill the log)."""
+
+    def _audit_policy(self) -> Path:
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "users": [OPERATOR_USER]}, {"level": "None"}],
+        }
+        path = self.state_dir / "audit-policy.json"
+        path.write_text(json.dumps(policy))
+        return path
+
+
+@dataclass(frozen=True)
+class Request:
+    """One audited request of the operator (first stage seen of its auditID)."""
+
+    t: float
+    verb: str
+    resource: str
+    namespace: str | None
+    uri: str
+
+
+@dataclass
+class AuditTail:
+    """Reads the audit log incrementally; keeps the operator's requests."""
+
+    path: Path
+    requests: list[Request] = field(default_factory=list)
+    _offset: int = 0
+    _seen: set[str] = field(default_factory=set)
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # a partly written last line waits for the next poll
+        self._offset += end
+        for line in data[:end].splitlines():
+            if OPERATOR_USER.encode() not in line:
+                continue
+            e = json.loads(line)
+            if e.get("user", {}).get("username") != OPERATOR_USER or e["auditID"] in self._seen:
+                continue
+            self._seen.add(e["auditID"])
+            ref = e.get("objectRef", {})
+            t = dt.datetime.fromisoformat(
+                e["requestReceivedTimestamp"].replace("Z", "+00:00")
+            ).timestamp()
+            resource = "/".join(x for x in (ref.get("apiGroup"), ref.get("resource")) if x)
+            resource = resource or urllib.parse.urlsplit(e["requestURI"]).path  # discovery
+            if ref.get("subresource"):
+                resource += "/" + ref["subresource"]
+            self.requests.append(
+                Request(t, e["verb"], resource, ref.get("namespace"), e["requestURI"])
+            )
+
+    def between(self, since: float, until: float) -> list[Request]:
+        self.poll()
+        return [r for r in self.requests if since <= r.t < until]
+
+    def last_write(self) -> float | None:
+        self.poll()
+        return max((r.t for r in self.requests if r.verb in WRITE_VERBS), default=None)
 
 
 class ReadyWatcher:
@@ -52,32 +164,37 @@ class ReadyWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            w = watch.Watch()
-            for ev in w.stream(
-                self._api.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self._namespace,
-                PLURAL,
-                timeout_seconds=5,
-            ):
-                obj = ev["object"]
-                conds = {
-                    c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])
-                }
-                name = obj["metadata"]["name"]
-                if conds.get("Ready") == "True" and name not in self.ready_at:
-                    self.ready_at[name] = time.monotonic()
-                if self._stop.is_set():
-                    w.stop()
+            w = watch.Watch()  # type: ignore[no-untyped-call]
+            with contextlib.suppress(Exception):  # a dropped watch: list and watch again
+                for ev in w.stream(  # type: ignore[no-untyped-call]
+                    self._api.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self._namespace,
+                    PLURAL,
+                    timeout_seconds=30,
+                ):
+                    obj = ev["object"]
+                    conds = {
+                        c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])
+                    }
+                    name = obj["metadata"]["name"]
+                    if conds.get("Ready") == "True" and name not in self.ready_at:
+                        self.ready_at[name] = time.monotonic()
+                    if self._stop.is_set():
+                        w.stop()  # type: ignore[no-untyped-call]
 
-    def wait(self, names: list[str], timeout: float) -> None:
+    def wait(self, names: list[str], timeout: float) -> list[str]:
+        """Waits until all are Ready or `timeout`; returns those that are not."""
         deadline = time.monotonic() + timeout
+        shown = time.monotonic()
         while time.monotonic() < deadline and not all(n in self.ready_at for n in names):
-            time.sleep(0.05)
-        missing = [n for n in names if n not in self.ready_at]
-        if missing:
-            raise SystemExit(f"not Ready after {timeout}s: {missing[:5]} ({len(missing)} in all)")
+            time.sleep(0.2)
+            if time.monotonic() - shown > 30:
+                shown = time.monotonic()
+                done = sum(n in self.ready_at for n in names)
+                print(f"#   {done}/{len(names)} Ready, load {loadavg()}", flush=True)
+        return [n for n in names if n not in self.ready_at]
 
     def stop(self) -> None:
         self._stop.set()
@@ -91,113 +208,464 @@ def pct(values: list[float], p: float) -> float:
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+            return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
 
 
-def audit_counts(
-    cluster: LocalCluster, username: str, namespace: str, since: float
-) -> dict[str, int]:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (all its threads)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+def bytes_read(pid: int) -> int:
+    """rchar: bytes the process read through read(2) and friends (sockets included)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    return 0
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The operator's own metrics (those named vllm_operator_*), one key per series."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm_operator_") or "benchmark" in family.name:
+            continue
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def metric_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Counters and histograms: the increase; gauges (workqueue depth): the value after."""
+    out = {}
+    for key, value in after.items():
+        name = key.split("{", 1)[0]
+        if name.endswith(("_total", "_count", "_sum")):
+            delta = value - before.get(key, 0.0)
+            if delta:
+                out[key] = round(delta, 4)
+        elif "workqueue" in name or "queue_depth" in name:
+            out[key] = value
+    return out
+
+
+def by_verb(requests: list[Request]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for line in cluster.audit_log.read_text().splitlines():
-        e = json.loads(line)
-        if e.get("user", {}).get("username") != username:
+    for r in requests:
+        counts[r.verb] = counts.get(r.verb, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def by_resource(requests: list[Request]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in requests:
+        out.setdefault(r.resource, {})
+        out[r.resource][r.verb] = out[r.resource].get(r.verb, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _generic(path: str, selector: str) -> tuple[str, str]:
+    """A per-service request with its namespace and service name replaced by placeholders."""
+    parts = path.split("/")
+    if "namespaces" in parts and parts.index("namespaces") + 1 < len(parts):
+        parts[parts.index("namespaces") + 1] = "{ns}"
+    terms = []
+    for term in selector.split(",") if selector else []:
+        key = term.partition("=")[0]
+        per_service = key in ("serving.vllm-operator.dev/service", "app.kubernetes.io/instance")
+        terms.append(f"{key}={{service}}" if per_service else term)
+    return "/".join(parts), ",".join(terms)
+
+
+def watch_kinds(requests: list[Request]) -> list[dict[str, Any]]:
+    """The operator's list and watch requests grouped by path and selectors (per-service
+    ones as one group), with one concrete example of each."""
+    groups: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for r in requests:
+        if r.verb not in ("list", "watch"):
             continue
-        if e.get("objectRef", {}).get("namespace") != namespace:
-            continue
-        t = dt.datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
-        if t >= since:
-            counts[e["verb"]] = counts.get(e["verb"], 0) + 1
-    return counts
+        url = urllib.parse.urlsplit(r.uri)
+        q = urllib.parse.parse_qs(url.query)
+        label, fields = q.get("labelSelector", [""])[0], q.get("fieldSelector", [""])[0]
+        path, generic = _generic(url.path, label)
+        group = groups.setdefault(
+            (r.verb, path, generic, fields),
+            {"requests": 0, "example": {"path": url.path, "labelSelector": label}},
+        )
+        group["requests"] += 1
+    return [
+        {"verb": v, "path": p, "labelSelector": ls, "fieldSelector": fs, **g}
+        for (v, p, ls, fs), g in sorted(groups.items())
+    ]
+
+
+def scope_size(api: client.ApiClient, path: str, label: str, fields: str) -> dict[str, int]:
+    """Objects (and JSON bytes) a list of `path` with these selectors returns: what the
+    operator's list, or its watch's initial state, carries. Paged, as admin."""
+    items = size = 0
+    cont = ""
+    while True:
+        query = [("limit", "500")]
+        query += [("labelSelector", label)] if label else []
+        query += [("fieldSelector", fields)] if fields else []
+        query += [("continue", cont)] if cont else []
+        method, url, headers, body, _ = api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=120)
+        data = resp.read()  # type: ignore[no-untyped-call]
+        size += len(data)
+        page = json.loads(data)
+        items += len(page.get("items", []))
+        cont = page.get("metadata", {}).get("continue", "")
+        if not cont:
+            return {"objects": items, "bytes": size}
+
+
+def create_unrelated(cluster: LocalCluster, configmaps: int, deployments: int) -> list[str]:
+    """ConfigMaps of 1 KiB and 0-replica Deployments, none of them the operator's, spread over
+    10 namespaces. Returns the namespaces."""
+    spaces = [f"unrelated-{i}" for i in range(10)] if configmaps or deployments else []
+    for i, ns in enumerate(spaces):
+        cluster.kubectl("create", "namespace", ns)
+        items: list[dict[str, Any]] = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{j:05d}", "labels": {"app": f"app-{j % 50}"}},
+                "data": {"config.yaml": f"# {ns}/{j}\n" + "x: " + "y" * 1000 + "\n"},
+            }
+            for j in range(i, configmaps, len(spaces))
+        ]
+        items += [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": f"app-{j:04d}", "labels": {"app": f"app-{j}"}},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {"app": f"app-{j}"}},
+                    "template": {
+                        "metadata": {"labels": {"app": f"app-{j}"}},
+                        "spec": {"containers": [{"name": "app", "image": "example/app:1"}]},
+                    },
+                },
+            }
+            for j in range(i, deployments, len(spaces))
+        ]
+        for start in range(0, len(items), 500):
+            doc = {"apiVersion": "v1", "kind": "List", "items": items[start : start + 500]}
+            cluster.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(doc), timeout=600)
+    return spaces
+
+
+def operator_tree(rev: str) -> tuple[Path, str]:
+    """The operator's code, CRDs and RBAC as of `rev`, extracted into a temporary folder."""
+    sha = subprocess.run(
+        ["git", "rev-parse", rev], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    root = Path(tempfile.mkdtemp(prefix="operator-scale-"))
+    archive = subprocess.run(
+        ["git", "archive", sha, "operator", "crds", "deploy"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root, sha
+
+
+def install_from(cluster: LocalCluster, root: Path) -> None:
+    """CRDs, then RBAC, from `root` (a checkout or an extracted revision)."""
+    for crd in ("kopf-peering.yaml", "vllmservices.yaml"):
+        path = root / "crds" / crd
+        if path.exists():
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/vllmservices.serving.vllm-operator.dev",
+    )
+    rbac = root / "deploy" / "rbac.yaml"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(rbac))
+
+
+@dataclass
+class Bench:
+    cluster: LocalCluster
+    api: client.ApiClient
+    op: OperatorProcess
+    audit: AuditTail
+    resync: float
+    periods: int
+    services_total: int = 0
+
+    @property
+    def pid(self) -> int:
+        assert self.op.pid is not None
+        return self.op.pid
+
+    def settle(self, quiet: float, limit: float) -> float | None:
+        """Waits until the operator wrote nothing for `quiet` s (at most `limit` s); returns
+        the time of its last write (None: it never wrote)."""
+        deadline = time.time() + limit
+        while True:
+            last = self.audit.last_write()
+            if last is None or time.time() - last >= quiet or time.time() > deadline:
+                return last
+            time.sleep(2)
+
+    def noop_window(self) -> dict[str, Any]:
+        """One or more resync intervals with nothing changing, measured from outside."""
+        window = self.resync * self.periods
+        m0, t0 = scrape(self.op.metrics_port), time.time()
+        cpu0, io0 = cpu_seconds(self.pid), bytes_read(self.pid)
+        time.sleep(window)
+        cpu1, io1, t1 = cpu_seconds(self.pid), bytes_read(self.pid), time.time()
+        m1 = scrape(self.op.metrics_port)
+        time.sleep(2)  # the audit log's last lines
+        reqs = self.audit.between(t0, t1)
+        verbs = by_verb(reqs)
+        writes = sum(n for v, n in verbs.items() if v in WRITE_VERBS)
+        reads = sum(n for v, n in verbs.items() if v in READ_VERBS)
+        n, p = max(self.services_total, 1), self.periods
+        metrics = metric_delta(m0, m1)
+        reconciles = sum(v for k, v in metrics.items() if k.startswith("vllm_operator_reconciles"))
+        api_by_verb = {
+            k.split("verb=", 1)[1].split(",")[0].rstrip("}"): v
+            for k, v in metrics.items()
+            if k.startswith("vllm_operator_api_requests_total") and "verb=" in k
+        }
+        return {
+            "window_seconds": round(t1 - t0, 1),
+            "resyncs": p,
+            "operator_cpu_seconds_per_resync": round((cpu1 - cpu0) / p, 3),
+            "operator_cpu_ms_per_service_per_resync": round((cpu1 - cpu0) / p / n * 1000, 3),
+            "operator_mib_read_per_resync": round((io1 - io0) / p / 2**20, 2),
+            "api_writes_per_resync": round(writes / p, 2),
+            "api_reads_per_resync": round(reads / p, 2),
+            "api_reads_per_service_per_resync": round(reads / p / n, 3),
+            "audit_by_verb": verbs,
+            "audit_by_resource": by_resource(reqs),
+            "operator_metrics": metrics,
+            "operator_api_requests_by_verb": api_by_verb or None,
+            "reconciles_per_service_per_resync": round(reconciles / p / n, 3)
+            if reconciles
+            else None,
+            "loadavg": loadavg(),
+        }
+
+    def batch(self, size: int, timeout: float) -> dict[str, Any]:
+        """`size` services applied at once in a namespace of their own, then a no-op window."""
+        ns = f"fleet-{size}"
+        self.cluster.kubectl("create", "namespace", ns)
+        watcher = ReadyWatcher(self.api, ns)
+        names = [f"svc-{i:04d}" for i in range(size)]
+        doc = {"apiVersion": "v1", "kind": "List", "items": [manifest(n) for n in names]}
+        load0 = loadavg()
+        wall0, t0 = time.time(), time.monotonic()
+        self.cluster.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(doc), timeout=900)
+        applied = time.monotonic() - t0
+        self.services_total += size
+        missing = watcher.wait(names, timeout)
+        watcher.stop()
+        ready = [watcher.ready_at[n] - t0 for n in names if n in watcher.ready_at]
+        last = self.settle(quiet=max(20.0, self.resync / 3), limit=600)
+        result: dict[str, Any] = {
+            "batch": size,
+            "services_total": self.services_total,
+            "loadavg_at_apply": load0,
+            "apply_call_seconds": round(applied, 2),
+            "ready_seconds": {
+                "p50": round(pct(ready, 50), 2) if ready else None,
+                "p95": round(pct(ready, 95), 2) if ready else None,
+                "max": round(max(ready), 2) if ready else None,
+                "not_ready_after_timeout": len(missing),
+                "timeout_seconds": timeout,
+            },
+            "converged_seconds": round(last - wall0, 1) if last else None,
+            "operator_rss_mib_converged": rss_mib(self.pid),
+        }
+        print(f"# batch {size}: {json.dumps(result)}", flush=True)
+        result["noop_resync"] = self.noop_window()
+        result["operator_rss_mib_after_noop"] = rss_mib(self.pid)
+        return result
+
+
+def table(results: dict[str, Any]) -> str:
+    head = (
+        f"{'services':>8} {'batch':>6} {'p50 s':>7} {'p95 s':>7} {'max s':>7} {'conv s':>7} "
+        f"{'RSS MiB':>8} {'CPU s/rs':>8} {'wr/rs':>6} {'rd/svc/rs':>9} {'MiB rd/rs':>9} "
+        f"{'load1':>6}"
+    )
+    lines = [head]
+    for s in results.get("ladder", []):
+        r, n = s["ready_seconds"], s["noop_resync"]
+        lines.append(
+            f"{s['services_total']:>8} {s['batch']:>6} {r['p50']!s:>7} {r['p95']!s:>7} "
+            f"{r['max']!s:>7} {s['converged_seconds']!s:>7} {s['operator_rss_mib_after_noop']:>8} "
+            f"{n['operator_cpu_seconds_per_resync']:>8} {n['api_writes_per_resync']:>6} "
+            f"{n['api_reads_per_service_per_resync']:>9} {n['operator_mib_read_per_resync']:>9} "
+            f"{n['loadavg'][0]:>6}"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--services", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--resync", type=float, default=10.0, help="drift timer interval (s)")
+    parser.add_argument("--ladder", default="10,100,1000", help="batch sizes, applied in turn")
+    parser.add_argument("--rounds", type=int, default=3, help="single-service rounds")
+    parser.add_argument("--unrelated-configmaps", type=int, default=10000)
+    parser.add_argument("--unrelated-deployments", type=int, default=1000)
+    parser.add_argument("--resync", type=float, default=60.0, help="resync interval (s)")
+    parser.add_argument("--periods", type=int, default=1, help="resync intervals measured")
+    parser.add_argument("--ready-timeout", type=float, default=1500.0)
+    parser.add_argument("--operator-source", help="git revision of the operator (default: tree)")
+    parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
+    ladder = [int(x) for x in args.ladder.split(",") if x]
 
-    nodes = tuple(GpuNode(f"gpu-node-{i}") for i in range((args.services + 7) // 8 + 1))
-    cluster = LocalCluster(
-        state_dir=REPO_ROOT / ".state" / "bench-cluster", ports=Ports.free(), nodes=nodes
+    results: dict[str, Any] = {
+        "label": args.label,
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": loadavg()},
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    }
+
+    def save() -> None:
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+    source = REPO_ROOT
+    extra_env: dict[str, str] = {}
+    if args.operator_source:
+        source, sha = operator_tree(args.operator_source)
+        extra_env["PYTHONPATH"] = str(source / "operator")
+        results["operator"] = {"revision": sha}
+    else:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        results["operator"] = {"revision": f"{sha} + working tree"}
+
+    total = sum(ladder) + args.rounds
+    gpus = 64
+    # a vLLM pod (1 GPU) and a benchmark pod per service; 110 pods per node
+    count = max(math.ceil(total / gpus), math.ceil(2 * total / 100)) + 1
+    nodes = tuple(
+        GpuNode(f"gpu-node-{i}", gpus=gpus, cpu="1000", memory="8000Gi") for i in range(count)
     )
+    cluster = BenchCluster(state_dir=STATE_DIR, ports=Ports.free(), nodes=nodes, monitoring=False)
     cluster.reset()
-    results: dict[str, Any] = {"services": args.services, "nodes": len(nodes)}
-    with cluster.session():
-        install(cluster)
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        op = OperatorProcess(cluster, cluster.log_dir / "operator.log", resync_seconds=args.resync)
-        op.start()
-        time.sleep(2)
-        results["operator_rss_mib_idle"] = round(rss_mib(op.pid or 0), 1)
-        try:
-            # --- 1 service, several rounds --------------------------------------------
-            cluster.kubectl("create", "namespace", "bench-one")
-            watcher = ReadyWatcher(api, "bench-one")
-            singles = []
-            for i in range(args.rounds):
-                name = f"one-{i}"
-                t0 = time.monotonic()
-                cluster.kubectl(
-                    "apply", "-n", "bench-one", "-f", "-", stdin=json.dumps(manifest(name))
-                )
-                watcher.wait([name], 120)
-                singles.append(watcher.ready_at[name] - t0)
-            watcher.stop()
-            results["one_service_seconds"] = {
-                "p50": round(statistics.median(singles), 2),
-                "max": round(max(singles), 2),
-                "samples": [round(s, 2) for s in singles],
-            }
-
-            # --- N services at once -----------------------------------------------------
-            ns = "bench-many"
-            cluster.kubectl("create", "namespace", ns)
-            watcher = ReadyWatcher(api, ns)
-            names = [f"svc-{i:03d}" for i in range(args.services)]
-            doc = {"apiVersion": "v1", "kind": "List", "items": [manifest(n) for n in names]}
-            t0 = time.monotonic()
-            cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(doc))
-            applied = time.monotonic() - t0
-            watcher.wait(names, 900)
-            watcher.stop()
-            many = [watcher.ready_at[n] - t0 for n in names]
-            results["many_services_seconds"] = {
-                "apply_call": round(applied, 2),
-                "p50": round(pct(many, 50), 2),
-                "p95": round(pct(many, 95), 2),
-                "max": round(max(many), 2),
-            }
-
-            # --- no-op resync ---------------------------------------------------------------
-            time.sleep(args.resync + 5)  # settle: the last status writes land
-            results["operator_rss_mib_with_services"] = round(rss_mib(op.pid or 0), 1)
-            periods = 3
-            since = time.time()
-            time.sleep(args.resync * periods)
-            counts = audit_counts(cluster, op.username, ns, since)
-            writes = sum(
-                v for k, v in counts.items() if k in ("create", "update", "patch", "delete")
+    results["nodes"] = {"count": count, "gpus_each": gpus}
+    try:
+        with cluster.session():
+            install_from(cluster, source)
+            api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(cluster.kubeconfig)
             )
-            results["noop_resync"] = {
-                "window_seconds": args.resync * periods,
-                "writes": writes,
-                "writes_per_service_per_resync": round(writes / (args.services * periods), 3),
-                "deployment_reads_per_service_per_resync": round(
-                    counts.get("get", 0) / (args.services * periods), 2
-                ),
+            t = time.monotonic()
+            spaces = create_unrelated(
+                cluster, args.unrelated_configmaps, args.unrelated_deployments
+            )
+            results["unrelated"] = {
+                "configmaps": args.unrelated_configmaps,
+                "deployments": args.unrelated_deployments,
+                "namespaces": len(spaces),
+                "create_seconds": round(time.monotonic() - t, 1),
             }
-            results["operator_rss_mib_after"] = round(rss_mib(op.pid or 0), 1)
-        finally:
-            op.stop()
-    cluster.reset()
-    print(json.dumps(results, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+            print(f"# unrelated objects: {results['unrelated']}", flush=True)
+            audit = AuditTail(cluster.audit_log)
+            op = OperatorProcess(
+                cluster,
+                cluster.log_dir / "operator.log",
+                resync_seconds=args.resync,
+                extra_env=extra_env,
+            )
+            t = time.monotonic()
+            op.start(timeout=300)
+            results["operator_start_seconds"] = round(time.monotonic() - t, 1)
+            bench = Bench(cluster, api, op, audit, args.resync, args.periods)
+            try:
+                time.sleep(10)
+                results["operator_rss_mib_idle"] = rss_mib(bench.pid)
+                results["operator_cpu_seconds_at_idle"] = round(cpu_seconds(bench.pid), 2)
+
+                # --- 1 service, several rounds ---------------------------------------
+                cluster.kubectl("create", "namespace", "bench-one")
+                watcher = ReadyWatcher(api, "bench-one")
+                singles = []
+                for i in range(args.rounds):
+                    name = f"one-{i}"
+                    t0 = time.monotonic()
+                    cluster.kubectl(
+                        "create", "-n", "bench-one", "-f", "-", stdin=json.dumps(manifest(name))
+                    )
+                    watcher.wait([name], 300)
+                    singles.append(watcher.ready_at.get(name, math.inf) - t0)
+                watcher.stop()
+                bench.services_total += args.rounds
+                if singles:
+                    results["one_service_seconds"] = {
+                        "p50": round(statistics.median(singles), 2),
+                        "max": round(max(singles), 2),
+                        "samples": [round(s, 2) for s in singles],
+                    }
+                print(f"# one service: {results.get('one_service_seconds')}", flush=True)
+                save()
+
+                # --- the ladder ------------------------------------------------------
+                results["ladder"] = []
+                for size in ladder:
+                    results["ladder"].append(bench.batch(size, args.ready_timeout))
+                    save()
+                    print(table(results), flush=True)
+
+                # --- what the operator lists and watches ---------------------------------
+                audit.poll()
+                kinds = watch_kinds(audit.requests)
+                for k in kinds:  # objects in scope of one request of the group (its example)
+                    ex = k["example"]
+                    k["scope"] = scope_size(
+                        api, ex["path"], ex["labelSelector"], k["fieldSelector"]
+                    )
+                results["list_watch_requests"] = kinds
+                results["all_requests_by_resource"] = by_resource(audit.requests)
+                results["operator_rss_mib_end"] = rss_mib(bench.pid)
+                results["operator_cpu_seconds_total"] = round(cpu_seconds(bench.pid), 1)
+            finally:
+                op.stop()
+    finally:
+        save()
+        cluster.reset()
+        if source != REPO_ROOT:
+            shutil.rmtree(source, ignore_errors=True)
+    results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    save()
+    print(json.dumps({k: v for k, v in results.items() if k != "ladder"}, indent=2))
+    print(table(results))
     return 0
 
 
