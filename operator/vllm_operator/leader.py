@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -63,6 +64,9 @@ log = logging.getLogger("vllm_operator.leader")
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+# what a request to the API server can raise: its refusal, a dead or reset connection (urllib3
+# wraps those in MaxRetryError, not an OSError), an answer that is not JSON
+REQUEST_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class NotLeaderError(ApplyError):
@@ -272,7 +276,10 @@ class LeaderElector:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            self.step()
+            try:
+                self.step()
+            except Exception:  # a dead loop would never lead again; the fence is unaffected
+                log.exception("leader election: round failed")
             self._stopping.wait(self.timing.retry_period)
 
     def step(self) -> Action | None:
@@ -280,7 +287,7 @@ class LeaderElector:
         timeout = self._request_timeout()
         try:
             lease = self._read(timeout)
-        except (ApiException, OSError, ValueError) as exc:  # also urllib3's errors (OSError)
+        except REQUEST_ERRORS as exc:
             log.warning("leader election: reading the Lease failed: %s", _short(exc))
             self._notify()
             return None
@@ -291,7 +298,7 @@ class LeaderElector:
             spec = desired(self.identity, action, lease, dt.datetime.now(dt.UTC), self.timing)
             try:
                 new = self._write(action, lease, spec, timeout)
-            except (ApiException, OSError, ValueError) as exc:
+            except REQUEST_ERRORS as exc:
                 # 409: another candidate won the race (or the holder renewed): not ours
                 log.info("leader election: %s failed: %s", action.value, _short(exc))
             else:
@@ -341,7 +348,7 @@ class LeaderElector:
             }
             self._write(Action.RENEW, lease, spec, self._request_timeout())
             log.info("leader election: %s released the Lease", self.identity)
-        except (ApiException, OSError, ValueError) as exc:
+        except REQUEST_ERRORS as exc:
             log.warning("leader election: releasing the Lease failed: %s", _short(exc))
 
     # ---- HTTP ------------------------------------------------------------------------
