@@ -1061,11 +1061,35 @@ class Condition(_Model):
     )
 
 
+class BenchmarkLiveLoadStatus(_Model):
+    """Load on the measured pod that was not the benchmark's, seen during the run (the
+    result's liveLoad; the full figures per scenario are in the result ConfigMap)."""
+
+    foreign_requests: int | None = Field(
+        default=None, description="Requests the pod finished for other clients during the run."
+    )
+    peak_foreign_in_flight: float | None = Field(
+        default=None, description="Most requests of other clients running or waiting at once."
+    )
+    quiet: bool | None = Field(
+        default=None, description="True: the pod served the benchmark alone during the run."
+    )
+
+
 class BenchmarkStatus(_Model):
     """The latest benchmark run (of the revision the spec asks for)."""
 
     revision: str | None = Field(default=None, description="Pod-template revision measured.")
     job: str | None = Field(default=None, description="The benchmark Job.")
+    target_pod: str | None = Field(
+        default=None, description="The one pod measured: the oldest Ready pod of the revision."
+    )
+    target_pod_ip: str | None = Field(
+        default=None, alias="targetPodIP", description="Its IP, the runner's --url."
+    )
+    live_load: BenchmarkLiveLoadStatus | None = Field(
+        default=None, description="Load of other clients on the measured pod during the run."
+    )
     state: Literal["Running", "Complete", "Failed"] | None = Field(
         default=None, description="Running, Complete or Failed."
     )
