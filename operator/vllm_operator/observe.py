@@ -1,20 +1,34 @@
-"""Step 4 of the flow (observe): read-only gathering of the children's state."""
+"""Step "observe" of the flow: read-only gathering of everything a reconcile decides on -
+the Deployment and its pods, the autoscaler, whether the Prometheus Operator is there, and
+the benchmark history with its Jobs. No writes here."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from vllm_operator.apply import Writer
-from vllm_operator.observed import Observed, PodProblem, pod_problems
-from vllm_operator.render.meta import selector_labels
+from vllm_operator.apply import Writer, written_generation
+from vllm_operator.gates import Run
+from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems
+from vllm_operator.render.benchmark import (
+    COMPONENT,
+    MESSAGE_KEY,
+    RECORD_COMPONENT,
+    RESULT_KEY,
+    REVISION_LABEL,
+    SPEC_KEY,
+    STATE_KEY,
+    VERDICT_FAILURES_KEY,
+    VERDICT_KEY,
+    record_name,
+)
+from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
+from vllm_operator.render.monitoring import MONITORING_API
 from vllm_operator.spec import Service
 
 
-def observe(writer: Writer, svc: Service, deployment: dict[str, Any] | None = None) -> Observed:
-    """`deployment`: the live Deployment when the caller just read it and did not change it
-    (saves a read per resync); read here otherwise."""
-    if deployment is None:
-        deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
+def observe(writer: Writer, svc: Service) -> Observed:
+    deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
     hpa = None
     if svc.spec.autoscaling.enabled:
         hpa = writer.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
@@ -25,4 +39,117 @@ def observe(writer: Writer, svc: Service, deployment: dict[str, Any] | None = No
         if ready < wanted:  # only look at pods when something is missing
             selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
             problems = pod_problems(writer.list_children("v1", "Pod", svc.namespace, selector))
-    return Observed(deployment=deployment, hpa=hpa, pod_problems=problems)
+    jobs: tuple[JobState, ...] = ()
+    runs: tuple[Run, ...] = ()
+    if svc.spec.benchmark.enabled:
+        # the Jobs before the history: a Job seen finished has published its result (the
+        # runner publishes before it exits), so the history read after it has the result
+        jobs = tuple(job_state(j, writer.generation_annotation) for j in _jobs(writer, svc))
+        runs = tuple(history(writer, svc))
+    return Observed(
+        deployment=deployment,
+        hpa=hpa,
+        pod_problems=problems,
+        # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are
+        # served; elsewhere the status says so (Monitoring=False)
+        monitoring_crds=writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),
+        runs=runs,
+        jobs=jobs,
+        written_generation=written_generation(deployment, writer.generation_annotation),
+    )
+
+
+def _owned(obj: dict[str, Any], svc: Service) -> bool:
+    return any(o.get("uid") == svc.uid for o in obj["metadata"].get("ownerReferences", []))
+
+
+def _jobs(writer: Writer, svc: Service) -> list[dict[str, Any]]:
+    selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/component={COMPONENT}"
+    return [
+        j
+        for j in writer.list_children("batch/v1", "Job", svc.namespace, selector)
+        if _owned(j, svc)
+    ]
+
+
+def history(writer: Writer, svc: Service) -> list[Run]:
+    """The runs, oldest first: each run's ConfigMap (the Job's word: its result) joined with
+    its record (the operator's: spec, verdict, a state the operator decided). A result that is
+    not a JSON object fails the run, with the reason as its message (never a silent skip)."""
+    selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/name=vllm-bench"
+    items = [
+        cm
+        for cm in writer.list_children("v1", "ConfigMap", svc.namespace, selector)
+        if _owned(cm, svc)
+    ]
+    component = "app.kubernetes.io/component"
+    records = {
+        cm["metadata"]["name"]: cm.get("data") or {}
+        for cm in items
+        if cm["metadata"]["labels"].get(component) == RECORD_COMPONENT
+    }
+    runs = []
+    for cm in items:
+        if cm["metadata"]["labels"].get(component) != COMPONENT:
+            continue
+        data = cm.get("data") or {}
+        record = records.get(record_name(cm["metadata"]["name"]), {})
+        result, state, message = read_result(data)
+        if record.get(STATE_KEY):  # the operator ended this run: its word is final
+            state, message = record[STATE_KEY], record.get(MESSAGE_KEY, "")
+        runs.append(
+            Run(
+                revision=cm["metadata"]["labels"].get(REVISION_LABEL, ""),
+                name=cm["metadata"]["name"],
+                created=cm["metadata"].get("creationTimestamp", ""),
+                state=state,
+                spec_json=record.get(SPEC_KEY, ""),
+                result=result,
+                message=message,
+                verdict=record.get(VERDICT_KEY),
+                verdict_failures=record.get(VERDICT_FAILURES_KEY, ""),
+            )
+        )
+    return sorted(runs, key=lambda r: r.created)
+
+
+def read_result(data: dict[str, str]) -> tuple[dict[str, Any] | None, str, str]:
+    """(result, state, message) from the Job's ConfigMap."""
+    state = data.get(STATE_KEY, "Running")
+    if RESULT_KEY not in data:
+        return None, state, data.get(MESSAGE_KEY, "")
+    try:
+        result = json.loads(data[RESULT_KEY])
+    except ValueError as exc:
+        return None, "Failed", f"InvalidResult: result.json is not valid JSON ({exc})"
+    if not isinstance(result, dict):
+        return None, "Failed", "InvalidResult: result.json is not a JSON object"
+    if state == "Running":
+        state = "Complete" if result.get("status") in ("ok", "partial") else "Failed"
+    return result, state, data.get(MESSAGE_KEY, "") or _runner_errors(result)
+
+
+def _runner_errors(result: dict[str, Any] | None) -> str:
+    errors = (result or {}).get("errors") or []
+    return "; ".join(f"{e.get('scenario')}: {e.get('message')}" for e in errors[:3])
+
+
+def job_state(job: dict[str, Any], generation_annotation: str = "") -> JobState:
+    st = job.get("status", {})
+    failed = next(
+        (
+            c
+            for c in st.get("conditions", [])
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        None,
+    )
+    return JobState(
+        name=job["metadata"]["name"],
+        active=bool(st.get("active")),
+        succeeded=bool(st.get("succeeded")),
+        failed_reason=failed.get("reason", "Failed") if failed else None,
+        failed_message=failed.get("message", "") if failed else "",
+        revision=(job["metadata"].get("labels") or {}).get(REVISION_LABEL, ""),
+        generation=written_generation(job, generation_annotation) if generation_annotation else 0,
+    )

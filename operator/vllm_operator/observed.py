@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_operator.render.benchmark import REVISION_LABEL
+
 # container waiting reasons that mean the replica will not come up without a change
 BAD_WAITING = (
     "CrashLoopBackOff",
@@ -25,10 +27,51 @@ class PodProblem:
 
 
 @dataclass(frozen=True)
+class JobState:
+    name: str
+    active: bool
+    succeeded: bool
+    failed_reason: str | None  # DeadlineExceeded, BackoffLimitExceeded, ...
+    failed_message: str = ""
+    revision: str = ""
+    generation: int = 0  # the service generation that started it (0: not recorded)
+
+
+@dataclass(frozen=True)
 class Observed:
+    """Everything one reconcile reads, before it writes anything."""
+
     deployment: dict[str, Any] | None
     hpa: dict[str, Any] | None = None
     pod_problems: tuple[PodProblem, ...] = field(default_factory=tuple)
+    # the Prometheus Operator's CRDs are served (its objects can be applied)
+    monitoring_crds: bool = False
+    # the benchmark history (gates.Run, oldest first) and the runs' Jobs, when enabled
+    runs: tuple[Any, ...] = ()
+    jobs: tuple[JobState, ...] = ()
+    # the service generation whose rendering last wrote the Deployment (0: not recorded)
+    written_generation: int = 0
+
+    @property
+    def deployment_revision(self) -> str:
+        """The pod-template revision the live Deployment was last applied with ("": not
+        recorded; reconcile.with_revision writes it)."""
+        annotations = (self.deployment or {}).get("metadata", {}).get("annotations") or {}
+        return str(annotations.get(REVISION_LABEL, ""))
+
+
+def rolled_out(deployment: dict[str, Any]) -> bool:
+    """The Deployment controller has seen the latest spec and every wanted replica is of
+    the new template and available, with no old pod left."""
+    st = deployment.get("status", {})
+    want = deployment.get("spec", {}).get("replicas", 1)
+    seen = st.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+    return bool(
+        seen
+        and st.get("updatedReplicas", 0) >= want
+        and st.get("replicas", 0) <= want
+        and st.get("availableReplicas", 0) >= want
+    )
 
 
 def pod_problems(pods: list[dict[str, Any]]) -> tuple[PodProblem, ...]:
@@ -47,17 +90,8 @@ def pod_problems(pods: list[dict[str, Any]]) -> tuple[PodProblem, ...]:
 
 
 @dataclass(frozen=True)
-class JobState:
-    name: str
-    active: bool
-    succeeded: bool
-    failed_reason: str | None  # DeadlineExceeded, BackoffLimitExceeded, ...
-    failed_message: str = ""
-
-
-@dataclass(frozen=True)
 class BenchView:
-    """What the status needs to know about benchmarking (see benchmarking.py)."""
+    """What the status needs to know about benchmarking (from policy.Plan)."""
 
     revision: str  # the revision the spec asks for
     run_name: str = ""  # its current run (the rerun annotation picks a new one); "": any

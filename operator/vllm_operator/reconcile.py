@@ -1,4 +1,11 @@
-"""The pipeline: parse -> render -> apply -> observe -> status. One idempotent function.
+"""The pipeline, one idempotent function that reads top to bottom:
+
+    parse -> observe (read-only) -> decide (pure) -> render (pure) -> apply (the one writer)
+          -> status (pure)
+
+`decide` is policy.decide: the benchmark lifecycle (start, stop, judge, roll back, prune) as
+a plan; `apply` writes the rendered children and carries out the plan; what the writes did is
+read again before the status is computed.
 
 Whatever goes wrong after parsing reaches the status: an invalid spec is Ready=False /
 InvalidSpec, a request the API server refuses or fails is Ready=False / ApplyFailed with the
@@ -7,30 +14,33 @@ server's message. Events are derived from condition transitions, so each is post
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator import benchmarking
 from vllm_operator.apply import MONITORING_PRUNABLE, PRUNABLE, ApplyError, Change, Writer
-from vllm_operator.benchmarking import history
-from vllm_operator.gates import Run, judge
+from vllm_operator.benchmarking import carry_out
+from vllm_operator.gates import Run
 from vllm_operator.observe import observe
-from vllm_operator.observed import BenchView
+from vllm_operator.observed import BenchView, Observed
+from vllm_operator.policy import Plan, decide, describe, restorable
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.benchmark import record_name, revision, run_name
+from vllm_operator.render.benchmark import REVISION_LABEL, revision
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     render_deployment,
     render_pod_template,
 )
-from vllm_operator.render.monitoring import MONITORING_API, render_monitoring
+from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service, VLLMServiceSpec
+from vllm_operator.spec import Service
 from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
+
+__all__ = ["Event", "Outcome", "describe", "reconcile", "render_children", "restorable"]
 
 
 @dataclass(frozen=True)
@@ -61,17 +71,6 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def describe(error: ValidationError) -> str:
-    """pydantic errors as `spec.field.path: message`, one per line, for status and events."""
-    parts = []
-    for err in error.errors():
-        loc = ".".join(str(p) for p in err["loc"])  # list indices stay: spec.env.0.valueFrom
-        # Service.from_body checks the name too (the CRD does; an older CRD may not have)
-        where = "metadata.name" if err["loc"] == ("name",) else f"spec.{loc}"
-        parts.append(f"{where}: {err['msg']}" if loc else err["msg"])
-    return "; ".join(parts)
-
-
 def render_children(
     svc: Service,
     settings: OperatorSettings,
@@ -97,23 +96,16 @@ def render_children(
     )
 
 
-def restorable(
-    svc: Service, run: Run, settings: OperatorSettings
-) -> tuple[Service | None, str | None]:
-    """`svc` with the spec recorded for `run`, when it parses and re-renders to the run's
-    revision (what was measured is what is deployed); else None and why not."""
-    where = f"the record of revision {run.revision} ({record_name(run.name)})"
-    if not run.spec_json:
-        return None, f"{where} holds no spec"
-    try:
-        spec = VLLMServiceSpec.model_validate_json(run.spec_json)
-    except ValidationError as exc:
-        return None, f"{where} does not parse: {describe(exc)}"
-    restored = svc.model_copy(update={"spec": spec})
-    rendered = revision(render_pod_template(restored, settings))
-    if rendered != run.revision:
-        return None, f"{where} renders revision {rendered}, not {run.revision}"
-    return restored, None
+def with_revision(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment carries the revision of its pod template in an annotation (metadata
+    only: no rollout), so that observe() knows which revision a finished rollout is of."""
+    if manifest["kind"] != "Deployment":
+        return manifest
+    out = copy.deepcopy(manifest)
+    out["metadata"].setdefault("annotations", {})[REVISION_LABEL] = revision(
+        out["spec"]["template"]
+    )
+    return out
 
 
 def _write_status(
@@ -151,124 +143,82 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
 def _pipeline(
     svc: Service, old_status: dict[str, Any], writer: Writer, settings: OperatorSettings
 ) -> Outcome:
-    bench_on = svc.spec.benchmark.enabled
-    runs = history(writer, svc) if bench_on else []
-    rev = revision(render_pod_template(svc, settings))
-    run = run_name(svc, rev)  # the current run: the revision's, or its re-run's
-    verdict = (
-        judge(
-            runs,
-            rev,
-            svc.spec.benchmark.thresholds,
-            rollback=svc.spec.benchmark.on_failure == "Rollback",
-            name=run,
-        )
-        if bench_on
-        else None
-    )
-    effective, rolled_back_to, refused = svc, None, None
-    if verdict is not None and verdict.to_record is not None:
-        current = next(r for r in runs if r.name == run)
-        benchmarking.record_verdict(writer, svc, current, verdict.to_record, verdict.failures)
-    if verdict is not None and verdict.rollback_to is not None:
-        # the revision the spec asks for failed its gates when it was measured: run the last
-        # one that passed until the spec changes again; the failed one is never re-applied
-        restored, refused = restorable(svc, verdict.rollback_to, settings)
-        if restored is not None:
-            effective = restored
-            rolled_back_to = verdict.rollback_to.revision
-
-    live_dep = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
-    if writer.newer_than(live_dep, svc.generation):
+    seen = observe(writer, svc)
+    if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the
-        # service: a no-op, so that a child never goes back to an older spec (and a run of
-        # the newer revision is never superseded by the older one's)
+        # service: a no-op, so that no child goes back to an older spec and no run of the
+        # newer revision is superseded by the older one's
         return Outcome(stale=True)
-    live_replicas = (live_dep or {}).get("spec", {}).get("replicas")
-    # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are served;
-    # elsewhere the status says so (Monitoring=False) and nothing of theirs is touched
-    monitoring_crds = writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"})
-    desired = render_children(
+    plan = decide(svc, seen, settings)
+    rendered = render_children(
         svc,
         settings,
-        live_replicas,
-        monitoring=monitoring_crds,
-        restored=effective if rolled_back_to is not None else None,
-        live_held=((live_dep or {}).get("metadata", {}).get("annotations") or {}).get(
+        (seen.deployment or {}).get("spec", {}).get("replicas"),
+        monitoring=seen.monitoring_crds,
+        restored=plan.restored,
+        live_held=((seen.deployment or {}).get("metadata", {}).get("annotations") or {}).get(
             REPLICAS_HELD_ANNOTATION
         ),
     )
-    changes: list[Change] = []
-    for manifest in desired:
-        # the Deployment was read above; apply() reads the other children itself
-        change = writer.apply(
-            manifest,
-            live=live_dep if manifest["kind"] == "Deployment" else None,
-            generation=svc.generation,
-        )
-        if change is not None:
-            changes.append(change)
-    keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
-    changes += writer.prune(
-        svc.namespace,
-        svc.name,
-        svc.uid,
-        keep,
-        PRUNABLE + (MONITORING_PRUNABLE if monitoring_crds else ()),
-        generation=svc.generation,
-    )
-
-    deployment_unchanged = not any(c.kind == "Deployment" for c in changes)
-    observed = observe(writer, svc, live_dep if deployment_unchanged else None)
-    rollout = compute_status(svc, observed, old_status, settings, _now())
-    rollout_done = _cond(rollout, "Ready") == "True" and rolled_back_to is None
-
-    bench = None
-    if bench_on:
-        job, bench_changes = benchmarking.step(
-            writer,
-            svc,
-            settings,
-            rev,
-            runs,
-            rollout_done=rollout_done,
-            protect={verdict.rollback_to.name}
-            if verdict is not None and verdict.rollback_to is not None
-            else set(),
-        )
-        changes += bench_changes
-        if bench_changes or (job is not None and not job.active):
-            runs = history(writer, svc)  # the run just started or just ended
-        bench = BenchView(
-            revision=rev,
-            run_name=run,
-            runs=tuple(runs),
-            job=job,
-            failures=verdict.failures if verdict is not None else None,
-            rolled_back_to=rolled_back_to,
-            rollback_refused=refused,
-            rollout_done=rollout_done,
-            gated=svc.spec.benchmark.thresholds.any,
-        )
+    desired = [with_revision(m) for m in rendered]
+    changes = _apply_children(writer, svc, desired, seen)
+    changes += carry_out(writer, svc, settings, plan)
+    after = observe(writer, svc) if changes or plan.writes else seen
     status = compute_status(
         svc,
-        observed,
+        after,
         old_status,
         settings,
         _now(),
-        bench=bench,
-        revision=rolled_back_to or rev,
-        monitoring_crds=monitoring_crds,
+        bench=_bench_view(svc, plan, after),
+        revision=plan.rolled_back_to or revision(render_pod_template(svc, settings)),
+        monitoring_crds=seen.monitoring_crds,
     )
     _write_status(writer, {"namespace": svc.namespace, "name": svc.name}, old_status, status)
-    hpa_conditions = (observed.hpa or {}).get("status", {}).get("conditions") or []
+    hpa_conditions = (after.hpa or {}).get("status", {}).get("conditions") or []
     scaling = next((c for c in hpa_conditions if c.get("type") == "ScalingActive"), None)
     return Outcome(
         tuple(changes),
         tuple(_events(old_status, status, changes)),
-        runs=tuple(runs),
-        rolled_back_to=rolled_back_to,
+        runs=tuple(after.runs),
+        rolled_back_to=plan.rolled_back_to,
         scaling_active=scaling.get("status") if scaling else None,
+    )
+
+
+def _apply_children(
+    writer: Writer, svc: Service, desired: list[dict[str, Any]], seen: Observed
+) -> list[Change]:
+    """Server-side apply of every rendered child, then the prune of those no longer
+    rendered; each write records the generation it was rendered from."""
+    changes: list[Change] = []
+    for manifest in desired:
+        # the Deployment was read by observe(); apply() reads the other children itself
+        live = seen.deployment if manifest["kind"] == "Deployment" else None
+        change = writer.apply(manifest, live=live, generation=svc.generation)
+        if change is not None:
+            changes.append(change)
+    keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
+    kinds = PRUNABLE + (MONITORING_PRUNABLE if seen.monitoring_crds else ())
+    changes += writer.prune(
+        svc.namespace, svc.name, svc.uid, keep, kinds, generation=svc.generation
+    )
+    return changes
+
+
+def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
+    if not plan.enabled:
+        return None
+    return BenchView(
+        revision=plan.revision,
+        run_name=plan.run,
+        runs=tuple(after.runs),
+        job=next((j for j in after.jobs if j.name == plan.run), None),
+        failures=plan.failures,
+        rolled_back_to=plan.rolled_back_to,
+        rollback_refused=plan.rollback_refused,
+        rollout_done=plan.rollout_done,
+        gated=svc.spec.benchmark.thresholds.any,
     )
 
 

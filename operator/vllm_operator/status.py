@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_operator.observed import BenchView, Observed
+from vllm_operator.observed import BenchView, Observed, rolled_out
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
 from vllm_operator.settings import OperatorSettings
@@ -67,13 +67,12 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
         "availableReplicas": available,
     }
     dep_conds = {c["type"]: c for c in st.get("conditions", [])}
-    seen = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
-    rolled_out = seen and updated >= want and total <= want and available >= want
+    done = rolled_out(dep)
     deadline = dep_conds.get("Progressing", {}).get("reason") == "ProgressDeadlineExceeded"
     # the ReplicaSet could not create pods (a ResourceQuota, Pod Security, a webhook): the
     # Deployment controller copies its ReplicaFailure condition up; no rollout is progressing
     failure = dep_conds.get("ReplicaFailure", {})
-    if failure.get("status") == "True" and not rolled_out and want:
+    if failure.get("status") == "True" and not done and want:
         reason = failure.get("reason") or "FailedCreate"
         message = f"pods cannot be created: {failure.get('message', '')}".strip()
         return [
@@ -85,7 +84,7 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
     conds: list[Cond] = []
     if want == 0:
         conds.append(Cond("Ready", "False", "ScaledToZero", "replicas is 0; scale up to serve"))
-    elif rolled_out:
+    elif done:
         conds.append(
             Cond(
                 "Ready",
@@ -103,7 +102,7 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
                 f"{updated}/{want} replicas updated, {available} available",
             )
         )
-    if rolled_out or want == 0:
+    if done or want == 0:
         conds.append(Cond("Progressing", "False", "RolloutComplete", "the rollout is complete"))
     elif deadline:
         conds.append(

@@ -18,9 +18,12 @@ from pydantic import ValidationError
 from tests.unit.builders import body, service
 from tests.unit.fake_api import FakeApi
 from vllm_bench.cli import build_parser
-from vllm_operator import API_VERSION, benchmarking
+from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
+from vllm_operator.benchmarking import carry_out
 from vllm_operator.gates import Run
+from vllm_operator.observe import history
+from vllm_operator.policy import Plan, Start
 from vllm_operator.reconcile import reconcile, restorable
 from vllm_operator.render.benchmark import (
     render_account,
@@ -35,6 +38,7 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 
 SETTINGS = OperatorSettings()
+RUN = "minimal-bench-aaaaaaaa"
 
 
 def runner_namespace(svc: Service) -> Any:
@@ -102,7 +106,7 @@ def test_the_jobs_role_names_only_its_runs_configmap_and_never_the_record() -> N
 def test_a_verdict_or_spec_written_by_the_job_is_never_read() -> None:
     svc = Service.model_validate({**service("minimal").model_dump(by_alias=True), "uid": "uid-1"})
     api = FakeApi(SETTINGS)
-    benchmarking.step(api, svc, SETTINGS, "aaaaaaaaaa", [], rollout_done=True, protect=set())
+    carry_out(api, svc, SETTINGS, Plan(enabled=True, start=Start(RUN, "aaaaaaaaaa")))
     run_cm = api.objects[_path("v1", "ConfigMap", "ns", "minimal-bench-aaaaaaaa")]
     record = api.objects[_path("v1", "ConfigMap", "ns", "minimal-bench-aaaaaaaa-record")]
     assert json.loads(record["data"]["spec.json"])["model"]["id"] == svc.spec.model.id
@@ -115,7 +119,7 @@ def test_a_verdict_or_spec_written_by_the_job_is_never_read() -> None:
             "state": "Complete",
         }
     )
-    (run,) = benchmarking.history(api, svc)
+    (run,) = history(api, svc)
     assert (run.state, run.verdict) == ("Complete", None)
     assert json.loads(run.spec_json)["model"]["id"] == svc.spec.model.id
 
@@ -123,11 +127,11 @@ def test_a_verdict_or_spec_written_by_the_job_is_never_read() -> None:
 def test_a_result_that_is_not_json_fails_the_run_with_the_reason() -> None:
     svc = Service.model_validate({**service("minimal").model_dump(by_alias=True), "uid": "uid-1"})
     api = FakeApi(SETTINGS)
-    benchmarking.step(api, svc, SETTINGS, "aaaaaaaaaa", [], rollout_done=True, protect=set())
+    carry_out(api, svc, SETTINGS, Plan(enabled=True, start=Start(RUN, "aaaaaaaaaa")))
     api.objects[_path("v1", "ConfigMap", "ns", "minimal-bench-aaaaaaaa")]["data"]["result.json"] = (
         "{not json"
     )
-    (run,) = benchmarking.history(api, svc)
+    (run,) = history(api, svc)
     assert run.state == "Failed"
     assert run.message.startswith("InvalidResult: result.json is not valid JSON")
 

@@ -1,6 +1,8 @@
-"""The benchmark step (benchmarking.py) against the in-memory API server: reading the history,
-starting one run per revision (and nothing on a repeat), resuming an interrupted start,
-recording failed and timed-out runs, superseding older runs and pruning the history."""
+"""The benchmark part of the apply step (benchmarking.carry_out) and the history it is
+decided on (observe.history), against the in-memory API server: a planned start writes its
+objects in order and a repeat writes nothing, a resumed start writes only the Job's part,
+records are merged (and never overtake a result that landed after the history was read),
+pruning deletes both ConfigMaps of a run. What to do is policy.decide's (test_policy.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from typing import Any
 
 from tests.unit.builders import service
 from tests.unit.fake_api import FakeApi
-from vllm_operator import benchmarking
 from vllm_operator.apply import _path
-from vllm_operator.gates import FAILED, PASSED, Run
+from vllm_operator.benchmarking import carry_out
+from vllm_operator.observe import history
+from vllm_operator.policy import SUPERSEDED, Plan, Record, Start
 from vllm_operator.render.benchmark import (
     REVISION_LABEL,
     record_name,
@@ -86,18 +89,13 @@ def ok(tps: float) -> str:
     return json.dumps({"status": "ok", "headline": {"outputTokensPerSecond": tps}})
 
 
-def step(api: FakeApi, rev: str, *, done: bool = True, protect: frozenset[str] = frozenset()):  # type: ignore[no-untyped-def]
-    runs = benchmarking.history(api, SVC)
-    return benchmarking.step(api, SVC, SETTINGS, rev, runs, rollout_done=done, protect=set(protect))
-
-
 def test_history_reads_the_runs_of_this_service_oldest_first() -> None:
     api = FakeApi(SETTINGS)
     put_run(api, "bbbbbbbbbb", "2030-01-01T00:02:00Z", **{"result.json": ok(5)})
     put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z", **{"result.json": '{"status": "error"}'})
     put_run(api, "cccccccccc", "2030-01-01T00:03:00Z", **{"result.json": "{not json"})
     put_run(api, "dddddddddd", "2030-01-01T00:04:00Z", owner="someone-else")
-    runs = benchmarking.history(api, SVC)
+    runs = history(api, SVC)
     assert [(r.revision, r.state) for r in runs] == [
         ("aaaaaaaaaa", "Failed"),
         ("bbbbbbbbbb", "Complete"),
@@ -106,199 +104,94 @@ def test_history_reads_the_runs_of_this_service_oldest_first() -> None:
     assert runs[1].headline.output_tokens_per_second == 5
 
 
-def test_a_finished_rollout_starts_one_run_and_a_repeat_writes_nothing() -> None:
+def test_a_planned_start_writes_the_record_first_and_a_repeat_writes_nothing() -> None:
     api = FakeApi(SETTINGS)
-    job, changes = step(api, "aaaaaaaaaa", done=False)
-    assert (job, changes, api.writes_made()) == (None, [], [])  # the rollout is not done
-    job, changes = step(api, "aaaaaaaaaa")
-    assert [(c.kind, c.action) for c in changes] == [
-        ("ConfigMap", "created"),  # the operator's record of the run
-        ("ConfigMap", "created"),  # the Job's result ConfigMap
-        ("ServiceAccount", "created"),
-        ("Role", "created"),
-        ("RoleBinding", "created"),
-        ("Job", "created"),
+    start = Plan(enabled=True, start=Start("svc-bench-aaaaaaaa", "aaaaaaaaaa"))
+    changes = carry_out(api, SVC, SETTINGS, start)
+    assert [(c.kind, c.name, c.action) for c in changes] == [
+        ("ConfigMap", "svc-bench-aaaaaaaa-record", "created"),  # the operator's record
+        ("ConfigMap", "svc-bench-aaaaaaaa", "created"),  # the Job's result ConfigMap
+        ("ServiceAccount", "svc-bench", "created"),
+        ("Role", "svc-bench", "created"),
+        ("RoleBinding", "svc-bench", "created"),
+        ("Job", "svc-bench-aaaaaaaa", "created"),
     ]
-    assert job is not None
-    assert job.name == "svc-bench-aaaaaaaa"
+    # every object records the generation it was started from
+    generation = api.objects[job_path("svc-bench-aaaaaaaa")]["metadata"]["annotations"]
+    assert generation[f"{SETTINGS.annotation_prefix}/generation"] == "1"
     writes = len(api.writes_made())
-    put_job(api, "aaaaaaaaaa", {"active": 1})  # the Job controller's view
-    job, changes = step(api, "aaaaaaaaaa")
-    assert changes == []
-    assert job is not None
-    assert job.active
+    assert carry_out(api, SVC, SETTINGS, start) == []
     assert len(api.writes_made()) == writes
 
 
-def test_a_start_interrupted_after_the_configmap_is_completed() -> None:
+def test_a_resumed_start_writes_only_the_account_and_the_job() -> None:
     api = FakeApi(SETTINGS)
     put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")  # the Job was never created
-    _, changes = step(api, "aaaaaaaaaa")
-    assert ("Job", "created") in [(c.kind, c.action) for c in changes]
-    assert ("ConfigMap", "created") not in [(c.kind, c.action) for c in changes]
+    resume = Start("svc-bench-aaaaaaaa", "aaaaaaaaaa", resume=True)
+    changes = carry_out(api, SVC, SETTINGS, Plan(enabled=True, start=resume))
+    assert [c.kind for c in changes] == ["ServiceAccount", "Role", "RoleBinding", "Job"]
 
 
-def test_a_failed_job_is_recorded_in_its_run() -> None:
+def test_a_rerun_start_is_named_by_its_token_and_its_role_names_its_configmap() -> None:
     api = FakeApi(SETTINGS)
-    name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
-    put_job(
-        api,
+    name = run_name(SVC.model_copy(update={"rerun": "2030-05-01"}), "aaaaaaaaaa")
+    carry_out(api, SVC, SETTINGS, Plan(enabled=True, start=Start(name, "aaaaaaaaaa", "2030-05-01")))
+    assert job_path(name) in api.objects
+    assert cm_path(record_name(name)) in api.objects
+    role = api.objects[_path("rbac.authorization.k8s.io/v1", "Role", "ns", "svc-bench")]
+    assert role["rules"][0]["resourceNames"] == [name]
+
+
+def failed(message: str) -> Record:
+    return Record(
+        "svc-bench-aaaaaaaa",
         "aaaaaaaaaa",
-        {
-            "failed": 1,
-            "conditions": [
-                {
-                    "type": "Failed",
-                    "status": "True",
-                    "reason": "BackoffLimitExceeded",
-                    "message": "Job has reached the specified backoff limit",
-                }
-            ],
-        },
-    )
-    step(api, "aaaaaaaaaa")
-    data = record(api, name)
-    assert data["state"] == "Failed"
-    assert data["message"] == "BackoffLimitExceeded: Job has reached the specified backoff limit"
-
-
-def test_a_job_past_its_deadline_is_recorded_as_such() -> None:
-    api = FakeApi(SETTINGS)
-    name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
-    put_job(
-        api,
-        "aaaaaaaaaa",
-        {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]},
-    )
-    step(api, "aaaaaaaaaa")
-    data = record(api, name)
-    assert data["message"] == (
-        f"DeadlineExceeded: the benchmark ran past its deadline "
-        f"({SVC.spec.benchmark.timeout_seconds}s)"
+        {"state": "Failed", "message": message},
+        unless_result=True,
     )
 
 
-def test_a_succeeded_job_without_a_result_is_a_failed_run_but_a_late_result_counts() -> None:
-    api = FakeApi(SETTINGS)
-    name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
-    put_job(api, "aaaaaaaaaa", {"succeeded": 1})
-    step(api, "aaaaaaaaaa")
-    assert record(api, name)["state"] == "Failed"
-    # the same, but the result landed after the history was read: not marked failed
-    api = FakeApi(SETTINGS)
-    name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
-    put_job(api, "aaaaaaaaaa", {"succeeded": 1})
-    runs = benchmarking.history(api, SVC)
-    api.objects[cm_path(name)]["data"]["result.json"] = ok(5)
-    benchmarking.step(api, SVC, SETTINGS, "aaaaaaaaaa", runs, rollout_done=True, protect=set())
-    assert "state" not in record(api, name)  # the result decides
-
-
-def test_a_newer_revision_supersedes_a_running_run_but_not_a_finished_one() -> None:
+def test_a_stop_deletes_the_job_and_its_record_says_why_unless_a_result_landed() -> None:
     api = FakeApi(SETTINGS)
     running = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z")
     put_job(api, "aaaaaaaaaa", {"active": 1})
-    done = put_run(api, "bbbbbbbbbb", "2030-01-01T00:02:00Z", **{"result.json": ok(5)})
-    put_job(api, "bbbbbbbbbb", {"active": 1})  # published, not yet marked complete
-    _, changes = step(api, "cccccccccc")
-    assert ("Job", running, "deleted") in [(c.kind, c.name, c.action) for c in changes]
+    plan = Plan(enabled=True, stop=(running,), record=(failed(SUPERSEDED),))
+    changes = carry_out(api, SVC, SETTINGS, plan)
+    assert [(c.kind, c.name, c.action) for c in changes] == [("Job", running, "deleted")]
     assert job_path(running) not in api.objects
-    assert record(api, running)["state"] == "Failed"
-    assert "superseded" in record(api, running)["message"]
-    assert job_path(done) in api.objects
-    assert "state" not in record(api, done)  # its result stands
-
-
-def test_pruning_keeps_the_newest_runs_and_the_protected_ones() -> None:
+    assert record(api, running) | {"spec.json": ""} == {
+        "spec.json": "",
+        "state": "Failed",
+        "message": SUPERSEDED,
+    }
+    # the same, but the result landed after the history was read: the result decides
     api = FakeApi(SETTINGS)
-    svc = SVC.model_copy(
-        update={
-            "spec": SVC.spec.model_copy(
-                update={"benchmark": SVC.spec.benchmark.model_copy(update={"keep_runs": 2})}
-            )
-        }
-    )
-    names = [
-        put_run(api, rev * 10, f"2030-01-01T00:0{i}:00Z", **{"result.json": ok(5)})
-        for i, rev in enumerate("abcd", start=1)
-    ]
-    runs = benchmarking.history(api, svc)
-    put_job(api, "dddddddddd", {"active": 1})
-    benchmarking.step(api, svc, SETTINGS, "dddddddddd", runs, rollout_done=True, protect={names[0]})
-    left = sorted(n for n in names if cm_path(n) in api.objects)
-    # 4 runs, keep 2: the two oldest unprotected go (b, c); a is protected, d is current
-    assert left == sorted([names[0], names[3]])
+    running = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z", **{"result.json": ok(5)})
+    put_job(api, "aaaaaaaaaa", {"active": 1})
+    carry_out(api, SVC, SETTINGS, plan)
+    assert "state" not in record(api, running)
 
 
-def run_(name: str, verdict: str | None = None, state: str = "Complete") -> Run:
-    return Run(name[0] * 10, name, f"t-{name}", state, "", verdict=verdict)
-
-
-def test_pruning_always_keeps_the_last_passing_run_and_the_baseline() -> None:
-    """keepRuns 1: the rollback target and the regression baseline survive the next run."""
-    a, b = run_("a", PASSED), run_("b", FAILED)
-    assert benchmarking.runs_to_prune([a, b], "bbbbbbbbbb", "b", 1, set()) == []
-    # c passed after a: c is both the last passing run and b's... a new revision d's baseline
-    c, d = run_("c", PASSED), run_("d", state="Running")
-    assert benchmarking.runs_to_prune([a, b, c, d], "dddddddddd", "d", 1, set()) == [a, b]
-    # the current revision passed itself: it is the last passing run; a is its baseline
-    assert benchmarking.runs_to_prune([a, b, c], "cccccccccc", "c", 1, set()) == [b]
-    # keepRuns counts every run: two kept runs here, so only the oldest extra one goes
-    assert benchmarking.runs_to_prune([a, b, c, d], "dddddddddd", "d", 3, set()) == [a]
-    assert benchmarking.runs_to_prune([a, b, c, d], "dddddddddd", "d", 1, {"b"}) == [a]
-
-
-def rerun(token: str) -> Service:
-    return SVC.model_copy(update={"rerun": token})
-
-
-def test_the_rerun_annotation_starts_a_fresh_run_of_the_same_revision() -> None:
+def test_a_record_is_merged_and_a_run_without_one_gets_one() -> None:
     api = FakeApi(SETTINGS)
-    first = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z", **{"result.json": ok(5)})
-    put_job(api, "aaaaaaaaaa", {"succeeded": 1})  # finished, lingering until its TTL
-    svc = rerun("2030-05-01")
-    runs = benchmarking.history(api, svc)
-    job, changes = benchmarking.step(
-        api, svc, SETTINGS, "aaaaaaaaaa", runs, rollout_done=True, protect=set()
-    )
-    name = run_name(svc, "aaaaaaaaaa")
-    assert name.startswith("svc-bench-aaaaaaaa-")
-    assert len(name) == len("svc-bench-aaaaaaaa-") + 4
-    assert ("Job", name, "created") in [(c.kind, c.name, c.action) for c in changes]
-    assert job is not None
-    assert job.name == name
-    assert cm_path(first) in api.objects  # the earlier run stays in the history
-    # the same token again: nothing new; another token: another run
-    put_job_named(api, name, "aaaaaaaaaa", {"active": 1})
-    _, changes = benchmarking.step(
-        api,
-        svc,
-        SETTINGS,
-        "aaaaaaaaaa",
-        benchmarking.history(api, svc),
-        rollout_done=True,
-        protect=set(),
-    )
-    assert changes == []
-    other = rerun("again")
-    _, changes = benchmarking.step(
-        api,
-        other,
-        SETTINGS,
-        "aaaaaaaaaa",
-        benchmarking.history(api, other),
-        rollout_done=True,
-        protect=set(),
-    )
-    # the first re-run, still going, is superseded by the second
-    assert ("Job", name, "deleted") in [(c.kind, c.name, c.action) for c in changes]
-    assert ("Job", run_name(other, "aaaaaaaaaa"), "created") in [
-        (c.kind, c.name, c.action) for c in changes
-    ]
+    name = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z", **{"result.json": ok(5)})
+    verdict = Record(name, "aaaaaaaaaa", {"verdict": "Passed", "verdictFailures": ""})
+    carry_out(api, SVC, SETTINGS, Plan(enabled=True, record=(verdict,)))
+    assert record(api, name)["verdict"] == "Passed"
+    assert "spec.json" in record(api, name)  # merged, not replaced
+    # a run recorded by an earlier version, without a record
+    del api.objects[cm_path(record_name(name))]
+    carry_out(api, SVC, SETTINGS, Plan(enabled=True, record=(verdict,)))
+    assert record(api, name) == {"verdict": "Passed", "verdictFailures": ""}
+    (run,) = history(api, SVC)
+    assert (run.state, run.verdict) == ("Complete", "Passed")
 
 
-def put_job_named(api: FakeApi, name: str, rev: str, status: dict[str, Any]) -> None:
-    job_name = put_job(api, rev, status)
-    job = api.objects.pop(job_path(job_name))
-    job["metadata"]["name"] = name
-    api.put(job_path(name), job)
+def test_pruning_deletes_both_configmaps_of_a_run() -> None:
+    api = FakeApi(SETTINGS)
+    gone = put_run(api, "aaaaaaaaaa", "2030-01-01T00:01:00Z", **{"result.json": ok(5)})
+    kept = put_run(api, "bbbbbbbbbb", "2030-01-01T00:02:00Z", **{"result.json": ok(5)})
+    carry_out(api, SVC, SETTINGS, Plan(enabled=True, prune=(gone,)))
+    assert cm_path(gone) not in api.objects
+    assert cm_path(record_name(gone)) not in api.objects
+    assert [r.name for r in history(api, SVC)] == [kept]

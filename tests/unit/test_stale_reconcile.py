@@ -13,8 +13,10 @@ from typing import Any
 
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi
-from vllm_operator import API_VERSION, benchmarking
+from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
+from vllm_operator.observe import observe
+from vllm_operator.policy import decide
 from vllm_operator.reconcile import reconcile
 from vllm_operator.render.benchmark import revision, run_name
 from vllm_operator.render.deployment import render_pod_template
@@ -92,36 +94,22 @@ def test_a_stale_read_never_regresses_a_child_nor_supersedes_the_current_run() -
     assert api.objects[job_path(name)]["metadata"]["annotations"][GENERATION] == "2"
 
 
-def test_the_benchmark_step_never_stops_a_run_started_from_a_later_generation() -> None:
-    """The guard in the step itself, whatever its caller checked first."""
+def test_the_policy_never_stops_a_run_started_from_a_later_generation() -> None:
+    """The guard in the policy itself, whatever its caller checked first."""
     api, stale, svc = two_generations()
     name = run_name(svc, revision(render_pod_template(svc, SETTINGS)))
     old = Service.from_body(stale)
-    old_rev = revision(render_pod_template(old, SETTINGS))
-    runs = benchmarking.history(api, old)
-    _, changes = benchmarking.step(
-        api, old, SETTINGS, old_rev, runs, rollout_done=False, protect=set()
-    )
-    assert ("Job", name, "deleted") not in [(c.kind, c.name, c.action) for c in changes]
-    assert job_path(name) in api.objects
-    # positive control: the same step at the current generation does stop a run of another
-    # revision that was started from an earlier generation
+    plan = decide(old, observe(api, old), SETTINGS)
+    assert name not in plan.stop
+    # positive control: at the current generation, a run of another revision started from
+    # an earlier generation is stopped
     other = f"{svc.name}-bench-{'f' * 8}"
     job = copy.deepcopy(api.objects[job_path(name)])
     job["metadata"]["name"] = other
     job["metadata"]["annotations"][GENERATION] = "1"
     api.put(job_path(other), job)
-    _, changes = benchmarking.step(
-        api,
-        svc,
-        SETTINGS,
-        revision(render_pod_template(svc, SETTINGS)),
-        benchmarking.history(api, svc),
-        rollout_done=True,
-        protect=set(),
-    )
-    assert ("Job", other, "deleted") in [(c.kind, c.name, c.action) for c in changes]
-    assert job_path(name) in api.objects
+    plan = decide(svc, observe(api, svc), SETTINGS)
+    assert plan.stop == (other,)
 
 
 def test_a_child_of_a_newer_generation_is_not_pruned_by_a_stale_read() -> None:

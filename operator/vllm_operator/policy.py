@@ -1,0 +1,259 @@
+"""The "decide" step of the flow: the benchmark lifecycle as one pure function.
+
+    decide(service, observed, settings) -> Plan
+
+What to start, what to stop (and why), which verdict to record, what to roll back to (or why
+not), what history to prune: all decided here from what observe() read, with no client and
+no I/O, and carried out by the one writer afterwards (benchmarking.carry_out). A reader
+follows one reconcile top to bottom in reconcile.py; every branch of the lifecycle is a
+unit test with exact inputs and outputs (tests/unit/test_policy.py).
+
+A run is two ConfigMaps: the Job's (its result; the only object the Job may patch) and the
+operator's record (the spec, the verdict, and the state of a run the operator ended).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from vllm_operator.gates import FAILED, Run, judge, last_passing, previous_passing
+from vllm_operator.observed import JobState, Observed, rolled_out
+from vllm_operator.render.benchmark import (
+    MESSAGE_KEY,
+    STATE_KEY,
+    VERDICT_FAILURES_KEY,
+    VERDICT_KEY,
+    record_name,
+    revision,
+    run_name,
+)
+from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service, VLLMServiceSpec
+
+SUPERSEDED = "superseded by a newer rollout or re-run before it finished"
+NO_RESULT = "the runner exited without publishing a result"
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start run `run` of `revision` (its record, its ConfigMap, the Job's account, the
+    Job), or, `resume`: a start interrupted after the ConfigMaps (an operator restart):
+    only the account and the Job. `rerun`: the token the run is named by (run_name)."""
+
+    run: str
+    revision: str
+    rerun: str | None = None
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class Record:
+    """Merge `data` into run `run`'s record. `unless_result`: only while the run has no
+    result (the history was read before a result may have landed)."""
+
+    run: str
+    revision: str
+    data: dict[str, str] = field(hash=False)
+    unless_result: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one reconcile does about benchmarking, and what the status says about it."""
+
+    enabled: bool = False
+    revision: str = ""  # the revision the spec asks for
+    run: str = ""  # its current run (the rerun annotation picks a new one)
+    start: Start | None = None
+    stop: tuple[str, ...] = ()  # Jobs to delete (runs still going that are not wanted)
+    record: tuple[Record, ...] = ()
+    prune: tuple[str, ...] = ()  # runs whose two ConfigMaps go
+    # the gates against the thresholds in force (None: no verdict yet)
+    failures: tuple[str, ...] | None = None
+    # the revision failed its gates: the spec restored (its pod template only is deployed)
+    rollback_to: Run | None = None
+    restored: Service | None = None
+    rollback_refused: str | None = None  # a rollback was due but its record is unusable
+    rollout_done: bool = False  # the spec's revision is rolled out (a run may start)
+
+    @property
+    def rolled_back_to(self) -> str | None:
+        return self.rollback_to.revision if self.restored is not None and self.rollback_to else None
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.start or self.stop or self.record or self.prune)
+
+
+def describe(error: ValidationError) -> str:
+    """pydantic errors as `spec.field.path: message`, one per line, for status and events."""
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"])  # list indices stay: spec.env.0.valueFrom
+        # Service.from_body checks the name too (the CRD does; an older CRD may not have)
+        where = "metadata.name" if err["loc"] == ("name",) else f"spec.{loc}"
+        parts.append(f"{where}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
+
+
+def restorable(
+    svc: Service, run: Run, settings: OperatorSettings
+) -> tuple[Service | None, str | None]:
+    """`svc` with the spec recorded for `run`, when it parses and re-renders to the run's
+    revision (what was measured is what is deployed); else None and why not."""
+    where = f"the record of revision {run.revision} ({record_name(run.name)})"
+    if not run.spec_json:
+        return None, f"{where} holds no spec"
+    try:
+        spec = VLLMServiceSpec.model_validate_json(run.spec_json)
+    except ValidationError as exc:
+        return None, f"{where} does not parse: {describe(exc)}"
+    restored = svc.model_copy(update={"spec": spec})
+    rendered = revision(render_pod_template(restored, settings))
+    if rendered != run.revision:
+        return None, f"{where} renders revision {rendered}, not {run.revision}"
+    return restored, None
+
+
+def runs_to_prune(
+    runs: list[Run] | tuple[Run, ...], rev: str, current: str, keep: int, protect: set[str]
+) -> list[Run]:
+    """The oldest runs beyond `keep`, never the current run, the runs in `protect`, the last
+    run that passed, or the current revision's baseline (the newest passing run of another
+    revision: its rollback target and regression baseline): with keepRuns 1, a failing
+    revision still has something to roll back to."""
+    runs = list(runs)
+    kept = {current, *protect}
+    kept |= {r.name for r in (last_passing(runs), previous_passing(runs, rev)) if r is not None}
+    excess = len(runs) - keep
+    out = []
+    for run in runs:  # oldest first
+        if excess <= 0:
+            break
+        if run.name in kept:
+            continue
+        out.append(run)
+        excess -= 1
+    return out
+
+
+def _supersede(
+    svc: Service, keep: set[str], jobs: tuple[JobState, ...], runs: dict[str, Run]
+) -> tuple[tuple[str, ...], list[Record]]:
+    """Runs still going other than the ones in `keep` (older revisions, an earlier re-run of
+    this one) are stopped, and their records say why - never one that has published its
+    result (it is finished, even if its Job is not marked so yet), and never one started from
+    a later generation of the service than this one (this read of the service is stale: that
+    is the current revision's run)."""
+    stops, records = [], []
+    for job in jobs:
+        run = runs.get(job.name)
+        if (
+            job.name in keep
+            or not job.active
+            or (run is not None and run.state != "Running")
+            or job.generation > svc.generation
+        ):
+            continue
+        stops.append(job.name)
+        if run is not None:
+            data = {STATE_KEY: "Failed", MESSAGE_KEY: SUPERSEDED}
+            records.append(Record(run.name, run.revision, data, unless_result=True))
+    return tuple(stops), records
+
+
+def _ended(svc: Service, job: JobState, run: Run) -> Record | None:
+    """The record of a run whose Job ended without a result (failed, past its deadline,
+    or exited 0 without publishing); None while it runs or once its result is there."""
+    if run.state != "Running" or not (job.failed_reason or (job.succeeded and run.result is None)):
+        return None
+    reason = job.failed_reason or "NoResult"
+    if reason == "DeadlineExceeded":
+        message = f"the benchmark ran past its deadline ({svc.spec.benchmark.timeout_seconds}s)"
+    else:
+        message = job.failed_message or NO_RESULT
+    return Record(
+        run.name,
+        run.revision,
+        {STATE_KEY: "Failed", MESSAGE_KEY: f"{reason}: {message}"},
+        unless_result=True,
+    )
+
+
+def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan:
+    """The benchmark lifecycle of one reconcile, from what observe() read."""
+    bench = svc.spec.benchmark
+    if not bench.enabled:
+        return Plan()
+    rev = revision(render_pod_template(svc, settings))
+    name = run_name(svc, rev)  # the current run: the revision's, or its re-run's
+    runs = list(observed.runs)
+    records: list[Record] = []
+
+    # judge: a completed run is judged once, with the thresholds of that moment
+    verdict = judge(runs, rev, bench.thresholds, rollback=bench.on_failure == "Rollback", name=name)
+    if verdict is not None and verdict.to_record is not None:
+        judged = next(r for r in runs if r.name == name)
+        records.append(
+            Record(
+                name,
+                rev,
+                {
+                    VERDICT_KEY: verdict.to_record,
+                    VERDICT_FAILURES_KEY: "; ".join(verdict.failures),
+                },
+            )
+        )
+        runs = [
+            dataclasses.replace(r, verdict=verdict.to_record) if r is judged else r for r in runs
+        ]
+
+    # roll back: the spec's revision failed its gates when it was measured; run the last
+    # one that passed until the spec changes, if its record re-renders to its revision
+    target = verdict.rollback_to if verdict is not None else None
+    restored, refused = restorable(svc, target, settings) if target is not None else (None, None)
+
+    # start, resume or end the current run; supersede the others still going
+    dep = observed.deployment
+    rollout_done = (
+        restored is None
+        and dep is not None
+        and dep.get("spec", {}).get("replicas", 1) > 0
+        and rolled_out(dep)
+        and observed.deployment_revision == rev
+    )
+    by_name = {r.name: r for r in runs}
+    jobs = {j.name: j for j in observed.jobs}
+    current, job = by_name.get(name), jobs.get(name)
+    stop, superseded = _supersede(svc, {name}, observed.jobs, by_name)
+    records += superseded
+    start = None
+    if current is None and rollout_done:
+        start = Start(name, rev, svc.rerun)
+    elif current is not None and current.state == "Running" and job is None and rollout_done:
+        start = Start(name, rev, svc.rerun, resume=True)
+    elif current is not None and job is not None and (ended := _ended(svc, job, current)):
+        records.append(ended)
+
+    protect = {target.name} if target is not None else set()
+    return Plan(
+        enabled=True,
+        revision=rev,
+        run=name,
+        start=start,
+        stop=stop,
+        record=tuple(records),
+        prune=tuple(r.name for r in runs_to_prune(runs, rev, name, bench.keep_runs, protect)),
+        failures=verdict.failures if verdict is not None else None,
+        rollback_to=target,
+        restored=restored,
+        rollback_refused=refused,
+        rollout_done=rollout_done,
+    )
+
+
+__all__ = ["FAILED", "Plan", "Record", "Start", "decide", "restorable", "runs_to_prune"]

@@ -1,0 +1,318 @@
+"""The benchmark lifecycle as one pure step (policy.decide, issue 10, item 11): every branch
+with exact inputs (the service, what observe() read) and exact outputs (the Plan)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.builders import service
+from vllm_operator.gates import FAILED, PASSED, Run
+from vllm_operator.observed import JobState, Observed
+from vllm_operator.policy import (
+    NO_RESULT,
+    SUPERSEDED,
+    Plan,
+    Record,
+    Start,
+    decide,
+    runs_to_prune,
+)
+from vllm_operator.render.benchmark import REVISION_LABEL, revision, run_name
+from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
+
+SETTINGS = OperatorSettings()
+SVC = service("minimal")
+REV = revision(render_pod_template(SVC, SETTINGS))
+RUN = run_name(SVC, REV)
+GATES = {"thresholds": {"minOutputTokensPerSecond": 50}}
+
+
+def with_spec(spec: dict[str, Any]) -> Service:
+    return service("minimal", spec)
+
+
+def deployment(rev: str = REV, *, ready: bool = True, replicas: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "minimal", "generation": 2, "annotations": {REVISION_LABEL: rev}},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": 2 if ready else 1,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+        },
+    }
+
+
+def seen(
+    runs: tuple[Run, ...] = (),
+    jobs: tuple[JobState, ...] = (),
+    dep: dict[str, Any] | None = None,
+) -> Observed:
+    return Observed(deployment=dep or deployment(), runs=runs, jobs=jobs)
+
+
+def run(
+    rev: str = REV,
+    *,
+    name: str | None = None,
+    state: str = "Complete",
+    tps: float | None = 100.0,
+    verdict: str | None = None,
+    created: str = "2030-01-01T00:05:00Z",
+    spec_json: str = "",
+) -> Run:
+    result = None if state != "Complete" else {"status": "ok", "headline": {}}
+    if result is not None and tps is not None:
+        result["headline"] = {"outputTokensPerSecond": tps}
+    return Run(
+        revision=rev,
+        name=name or f"minimal-bench-{rev[:8]}",
+        created=created,
+        state=state,
+        spec_json=spec_json,
+        result=result,
+        verdict=verdict,
+    )
+
+
+def job(
+    name: str = RUN,
+    *,
+    active: bool = False,
+    succeeded: bool = False,
+    failed: str | None = None,
+    message: str = "",
+    generation: int = 1,
+) -> JobState:
+    return JobState(name, active, succeeded, failed, message, "", generation)
+
+
+def plan(**fields: Any) -> Plan:
+    """The plan of an enabled benchmark for SVC, with `fields` set."""
+    return Plan(**{"enabled": True, "revision": REV, "run": RUN, **fields})
+
+
+# ---- start, resume, wait ------------------------------------------------------------------
+
+
+def test_a_disabled_benchmark_plans_nothing() -> None:
+    svc = with_spec({"benchmark": {"enabled": False}})
+    assert decide(svc, seen(), SETTINGS) == Plan()
+
+
+def test_a_finished_rollout_of_the_revision_starts_its_run() -> None:
+    assert decide(SVC, seen(), SETTINGS) == plan(start=Start(RUN, REV), rollout_done=True)
+
+
+def test_no_run_starts_before_the_revision_is_rolled_out() -> None:
+    waiting = plan(rollout_done=False)
+    assert decide(SVC, Observed(deployment=None), SETTINGS) == waiting
+    assert decide(SVC, seen(dep=deployment(ready=False)), SETTINGS) == waiting
+    assert decide(SVC, seen(dep=deployment(replicas=0)), SETTINGS) == waiting
+    # rolled out, but of another pod template (the new one is not applied yet)
+    assert decide(SVC, seen(dep=deployment("0123456789")), SETTINGS) == waiting
+
+
+def test_a_start_interrupted_before_the_job_is_resumed_once_rolled_out() -> None:
+    going = (run(state="Running"),)
+    assert decide(SVC, seen(going), SETTINGS) == plan(
+        start=Start(RUN, REV, resume=True), rollout_done=True
+    )
+    assert decide(SVC, seen(going, dep=deployment(ready=False)), SETTINGS) == plan()
+
+
+def test_a_run_going_is_left_alone() -> None:
+    assert decide(SVC, seen((run(state="Running"),), (job(active=True),)), SETTINGS) == plan(
+        rollout_done=True
+    )
+
+
+# ---- a run that ends without a result ------------------------------------------------------
+
+
+def ended(message: str) -> Plan:
+    return plan(
+        record=(Record(RUN, REV, {"state": "Failed", "message": message}, unless_result=True),),
+        rollout_done=True,
+    )
+
+
+def test_a_failed_job_fails_its_run_with_the_jobs_reason() -> None:
+    failed = job(failed="BackoffLimitExceeded", message="Job has reached the backoff limit")
+    assert decide(SVC, seen((run(state="Running"),), (failed,)), SETTINGS) == ended(
+        "BackoffLimitExceeded: Job has reached the backoff limit"
+    )
+
+
+def test_a_job_past_its_deadline_fails_its_run_as_timed_out() -> None:
+    late = job(failed="DeadlineExceeded", message="Job was active longer than specified")
+    assert decide(SVC, seen((run(state="Running"),), (late,)), SETTINGS) == ended(
+        "DeadlineExceeded: the benchmark ran past its deadline (1200s)"
+    )
+
+
+def test_a_job_that_succeeded_without_a_result_fails_its_run() -> None:
+    assert decide(SVC, seen((run(state="Running"),), (job(succeeded=True),)), SETTINGS) == ended(
+        f"NoResult: {NO_RESULT}"
+    )
+
+
+def test_a_run_with_its_result_is_not_ended_by_its_job() -> None:
+    done = (run(state="Complete"),)
+    assert decide(SVC, seen(done, (job(succeeded=True),)), SETTINGS) == plan(
+        record=(verdict(PASSED),),
+        failures=(),
+        rollout_done=True,  # judged: no thresholds
+    )
+
+
+# ---- supersede -----------------------------------------------------------------------------
+
+
+def superseded(name: str, rev: str) -> Record:
+    return Record(name, rev, {"state": "Failed", "message": SUPERSEDED}, unless_result=True)
+
+
+def test_a_run_of_an_older_revision_still_going_is_superseded() -> None:
+    old = run("aaaaaaaaaa", state="Running", created="2030-01-01T00:01:00Z")
+    assert decide(SVC, seen((old,), (job(old.name, active=True),)), SETTINGS) == plan(
+        start=Start(RUN, REV),
+        stop=(old.name,),
+        record=(superseded(old.name, "aaaaaaaaaa"),),
+        rollout_done=True,
+    )
+
+
+def test_never_the_current_run_a_finished_one_or_one_of_a_later_generation() -> None:
+    published = run("aaaaaaaaaa", created="2030-01-01T00:01:00Z")  # Job not marked done yet
+    newer = run("bbbbbbbbbb", state="Running", created="2030-01-01T00:02:00Z")
+    jobs = (
+        job(active=True),  # the current run
+        job(published.name, active=True),
+        job(newer.name, active=True, generation=2),  # started from generation 2: SVC is 1
+    )
+    current = run(state="Running", created="2030-01-01T00:03:00Z")
+    assert decide(SVC, seen((published, newer, current), jobs), SETTINGS) == plan(rollout_done=True)
+
+
+def test_a_new_rerun_token_supersedes_the_earlier_rerun_of_the_same_revision() -> None:
+    first = SVC.model_copy(update={"rerun": "one"})
+    second = SVC.model_copy(update={"rerun": "two"})
+    earlier = run(name=run_name(first, REV), state="Running")
+    name = run_name(second, REV)
+    assert decide(second, seen((earlier,), (job(earlier.name, active=True),)), SETTINGS) == plan(
+        run=name,
+        start=Start(name, REV, "two"),
+        stop=(earlier.name,),
+        record=(superseded(earlier.name, REV),),
+        rollout_done=True,
+    )
+
+
+# ---- verdicts and rollback -----------------------------------------------------------------
+
+
+def verdict(verdict: str, failures: str = "") -> Record:
+    return Record(RUN, REV, {"verdict": verdict, "verdictFailures": failures})
+
+
+def test_a_new_result_that_meets_the_gates_is_recorded_passed() -> None:
+    svc = with_spec({"benchmark": GATES})
+    rev = revision(render_pod_template(svc, SETTINGS))
+    assert rev == REV  # thresholds are not part of the revision
+    assert decide(svc, seen((run(tps=60),)), SETTINGS) == plan(
+        record=(verdict(PASSED),), failures=(), rollout_done=True
+    )
+
+
+def test_a_new_result_that_fails_the_gates_is_recorded_failed_and_reported() -> None:
+    svc = with_spec({"benchmark": GATES})
+    assert decide(svc, seen((run(tps=10),)), SETTINGS) == plan(
+        record=(verdict(FAILED, "outputTokensPerSecond 10 < minimum 50"),),
+        failures=("outputTokensPerSecond 10 < minimum 50",),
+        rollout_done=True,
+    )
+
+
+def good() -> tuple[Service, Run]:
+    """An earlier revision that passed, with its recorded spec."""
+    old = with_spec({"engine": {"maxNumSeqs": 8}})
+    old_rev = revision(render_pod_template(old, SETTINGS))
+    spec_json = old.spec.model_dump_json(by_alias=True, exclude_none=True)
+    return old, run(old_rev, verdict=PASSED, created="2030-01-01T00:01:00Z", spec_json=spec_json)
+
+
+def test_a_failed_verdict_rolls_back_to_the_last_passing_revision() -> None:
+    svc = with_spec({"benchmark": {**GATES, "onFailure": "Rollback"}})
+    old, passed = good()
+    bad = run(tps=10, verdict=FAILED)
+    bad = Run(**{**bad.__dict__, "verdict_failures": "outputTokensPerSecond 10 < minimum 50"})
+    got = decide(svc, seen((passed, bad), dep=deployment(passed.revision)), SETTINGS)
+    assert got == plan(
+        failures=("outputTokensPerSecond 10 < minimum 50",),
+        rollback_to=passed,
+        restored=svc.model_copy(update={"spec": old.spec}),
+        rollout_done=False,  # nothing starts while the rollback is in force
+    )
+    assert got.rolled_back_to == passed.revision
+
+
+def test_a_rollback_target_whose_record_does_not_render_its_revision_is_refused() -> None:
+    svc = with_spec({"benchmark": {**GATES, "onFailure": "Rollback"}})
+    _, passed = good()
+    planted = Run(
+        **{**passed.__dict__, "spec_json": with_spec({"image": "evil:1"}).spec.model_dump_json()}
+    )
+    bad = run(tps=10, verdict=FAILED)
+    got = decide(svc, seen((planted, bad)), SETTINGS)
+    assert got.restored is None
+    assert got.rolled_back_to is None
+    assert got.rollback_to == planted
+    assert got.rollback_refused is not None
+    assert got.rollback_refused.startswith(
+        f"the record of revision {planted.revision} ({planted.name}-record) renders revision "
+    )
+
+
+def test_tightened_thresholds_never_roll_back_a_revision_that_passed() -> None:
+    svc = with_spec({"benchmark": {**GATES, "onFailure": "Rollback"}})
+    _, passed = good()
+    assert decide(svc, seen((passed, run(tps=10, verdict=PASSED))), SETTINGS) == plan(
+        failures=("outputTokensPerSecond 10 < minimum 50",), rollout_done=True
+    )
+
+
+# ---- history -------------------------------------------------------------------------------
+
+
+def short(name: str, verdict: str | None = None, state: str = "Complete") -> Run:
+    return Run(name[0] * 10, name, f"t-{name}", state, "", verdict=verdict)
+
+
+def test_pruning_always_keeps_the_last_passing_run_the_baseline_and_the_protected() -> None:
+    """keepRuns 1: the rollback target and the regression baseline survive the next run."""
+    a, b = short("a", PASSED), short("b", FAILED)
+    assert runs_to_prune([a, b], "bbbbbbbbbb", "b", 1, set()) == []
+    # c passed after a: c is both the last passing run and d's baseline
+    c, d = short("c", PASSED), short("d", state="Running")
+    assert runs_to_prune([a, b, c, d], "dddddddddd", "d", 1, set()) == [a, b]
+    # the current revision passed itself: it is the last passing run; a is its baseline
+    assert runs_to_prune([a, b, c], "cccccccccc", "c", 1, set()) == [b]
+    # keepRuns counts every run: two kept runs here, so only the oldest extra one goes
+    assert runs_to_prune([a, b, c, d], "dddddddddd", "d", 3, set()) == [a]
+    assert runs_to_prune([a, b, c, d], "dddddddddd", "d", 1, {"b"}) == [a]
+
+
+def test_the_plan_prunes_the_oldest_runs_beyond_keep_runs() -> None:
+    svc = with_spec({"benchmark": {"keepRuns": 2}})
+    old = tuple(
+        run(rev * 10, created=f"2030-01-01T00:0{i}:00Z", verdict=FAILED)
+        for i, rev in enumerate("abc", start=1)
+    )
+    current = run(state="Running", created="2030-01-01T00:09:00Z")
+    got = decide(svc, seen((*old, current), (job(active=True),)), SETTINGS)
+    assert got == plan(prune=(old[0].name, old[1].name), rollout_done=True)
