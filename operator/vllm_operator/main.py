@@ -20,7 +20,8 @@ def main() -> int:
         kopf.operator(
             clusterwide=not settings.watched_namespaces(),
             namespaces=settings.watched_namespaces(),
-            standalone=settings.standalone,
+            # leader election replaces kopf peering: kopf only watches, every replica alike
+            standalone=settings.standalone or settings.leader_election,
             peering_name=settings.peering_name,
             # equal priorities make every replica pause (kopf's rule); random ones elect one
             priority=settings.priority
