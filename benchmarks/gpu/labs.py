@@ -10,7 +10,8 @@ Parts (each writes WORK/results/PART.json, and is skipped when that file exists)
   lab1         TinyLlama: capacity, batching (serial vs 32 concurrent, ladder to 64), prefix
                (cold vs warm, hit rate), streaming; --rounds 3
   vs-upstream  TinyLlama: the runner's concurrent phase against `vllm bench serve`, same
-               workload, interleaved rounds: output tokens/s and client CPU per request
+               prompts, interleaved rounds in one process (benchmarks/vs_vllm_rounds.py):
+               output tokens/s and client CPU per request of each
   lab2-naive   Llama-3-8B: transformers generate(), one request at a time (no server up)
   lab2         Llama-3-8B fp16, max_model_len 2048: capacity, batching (serial vs 10
                concurrent, ladder to 32), streaming TTFT/TPOT; --rounds 3
@@ -24,10 +25,8 @@ same settings, otherwise it is stopped and replaced. Server logs: WORK/logs/.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import resource
 import shlex
 import signal
 import statistics
@@ -51,17 +50,6 @@ LAB_SERVER = {
     "--block-size": "16",
     "--max-num-seqs": "256",
 }
-VLLM_BENCH_SERVE = (
-    "import sys\n"
-    "from vllm.benchmarks.serve import add_cli_args, main\n"
-    "try:\n"
-    "    from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-    "except ImportError:  # older vLLM\n"
-    "    from vllm.utils import FlexibleArgumentParser\n"
-    "parser = FlexibleArgumentParser()\n"
-    "add_cli_args(parser)\n"
-    "main(parser.parse_args(sys.argv[1:]))\n"
-)
 
 
 def log(message: str) -> None:
@@ -283,103 +271,26 @@ def lab2_512(work: Path) -> dict[str, Any]:
     return {"server": server, "runner": doc}
 
 
-async def _runner_concurrent(n: int, input_tokens: int, output_tokens: int, seed: int) -> Any:
-    """The runner's concurrent phase alone (batching's code path: run_requests), so that a
-    round is as long as one `vllm bench serve` round."""
-    from vllm_bench.client import Budget, OpenAIClient, Request  # noqa: PLC0415
-    from vllm_bench.scenarios.base import (  # noqa: PLC0415
-        BenchConfig,
-        Context,
-        NoProgress,
-        ScenarioResult,
-        run_requests,
-    )
-    from vllm_bench.workload import SAMPLE_WORDS, PromptFactory  # noqa: PLC0415
-
-    config = BenchConfig(url=URL, model="tinyllama", scenarios=("batching",), out="")
-    async with OpenAIClient(URL, "tinyllama", Budget(300), max_connections=n + 8) as client:
-        prompts = PromptFactory(seed)
-        tokens = await client.count_tokens(prompts.calibration_text())
-        if tokens:
-            prompts.tokens_per_word = tokens / SAMPLE_WORDS
-        ctx = Context(client, config, prompts, NoProgress(), None, {})
-        requests = [
-            Request(max_tokens=output_tokens, prompt=prompts.prompt(input_tokens)) for _ in range(n)
-        ]
-        cpu0 = time.process_time()
-        phase = await run_requests(ctx, requests, n, ScenarioResult(), "concurrent")
-        cpu = time.process_time() - cpu0
-    return phase, cpu, prompts.tokens_per_word, [r.prompt for r in requests]
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def vs_upstream(work: Path, rounds: int = 4, n: int = 128, inp: int = 128, out: int = 64) -> Any:
+def vs_upstream(work: Path, rounds: int = 8) -> Any:
+    """benchmarks/vs_vllm_rounds.py against the TinyLlama server: both tools in one process
+    (vLLM imported once), the same prompts, interleaved rounds; the workloads: the earlier
+    one (128 at once, 64 out), a longer one (512 out: fixed costs matter less) and a lighter
+    one (32 at once: a quarter of the chunks per second for each client to parse)."""
     server = ensure_server(work, "tinyllama", 2048)
     tmp = work / "vs-upstream"
-    tmp.mkdir(exist_ok=True)
-    base = [PY, "-c", VLLM_BENCH_SERVE]
-    cpu0 = _children_cpu()  # what importing vllm.benchmarks costs, to subtract
-    subprocess.run([*base, "--help"], capture_output=True, check=False, cwd=tmp)
-    import_cpu = _children_cpu() - cpu0
-    rows = []
-    for i in range(rounds):
-        order = ("runner", "vllm") if i % 2 == 0 else ("vllm", "runner")
-        row: dict[str, Any] = {"round": i + 1, "order": list(order)}
-        for tool in order:
-            if tool == "runner":
-                phase, cpu, tpw, _ = asyncio.run(_runner_concurrent(n, inp, out, 1000 + i))
-                row["runnerOutputTokensPerSecond"] = phase.output_tokens_per_second
-                row["runnerCpuMsPerRequest"] = 1000 * cpu / n
-                row["runnerPeakInFlight"] = phase.peak_in_flight
-                row["tokensPerWord"] = tpw
-            else:
-                from vllm_bench.workload import PromptFactory  # noqa: PLC0415
-
-                factory = PromptFactory(2000 + i, tokens_per_word=row.get("tokensPerWord", 1.3))
-                data = [
-                    {"conversations": [{"from": "human", "value": factory.prompt(inp)},
-                                       {"from": "gpt", "value": "unused"}]}
-                    for _ in range(n)
-                ]  # fmt: skip
-                (tmp / f"prompts-{i}.json").write_text(json.dumps(data))
-                cmd = [*base, "--backend", "openai", "--endpoint", "/v1/completions"]
-                cmd += ["--base-url", URL, "--model", "tinyllama"]
-                cmd += ["--tokenizer", str(work / "models" / "tinyllama")]
-                cmd += ["--dataset-name", "sharegpt", "--dataset-path", f"prompts-{i}.json"]
-                cmd += ["--sharegpt-output-len", str(out), "--num-prompts", str(n)]
-                cmd += ["--max-concurrency", str(n), "--request-rate", "inf", "--ignore-eos"]
-                cmd += ["--temperature", "0", "--seed", str(i), "--disable-tqdm", "--save-result"]
-                cmd += ["--result-dir", str(tmp), "--result-filename", f"vllm-{i}.json"]
-                cpu0 = _children_cpu()
-                proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
-                cpu = _children_cpu() - cpu0
-                if proc.returncode:
-                    raise SystemExit(f"vllm bench serve failed:\n{proc.stderr[-3000:]}")
-                res = json.loads((tmp / f"vllm-{i}.json").read_text())
-                row["vllmOutputTokensPerSecond"] = float(res["output_throughput"])
-                row["vllmCompleted"] = res["completed"]
-                row["vllmCpuMsPerRequestInclImport"] = 1000 * cpu / n
-                row["vllmCpuMsPerRequest"] = 1000 * max(0.0, cpu - import_cpu) / n
-                row["vllmCommand"] = shlex.join(cmd)
-        log(f"vs-upstream round {i + 1}: {row}")
-        rows.append(row)
-    runner = statistics.median(r["runnerOutputTokensPerSecond"] for r in rows)
-    vllm = statistics.median(r["vllmOutputTokensPerSecond"] for r in rows)
-    return {
-        "server": server,
-        "workload": {"requestsAtOnce": n, "inputTokens": inp, "outputTokens": out},
-        "rounds": rows,
-        "vllmImportCpuSeconds": import_cpu,
-        "runnerOutputTokensPerSecond": runner,
-        "vllmOutputTokensPerSecond": vllm,
-        "ratio": runner / vllm,
-        "runnerCpuMsPerRequest": statistics.median(r["runnerCpuMsPerRequest"] for r in rows),
-        "vllmCpuMsPerRequest": statistics.median(r["vllmCpuMsPerRequest"] for r in rows),
-    }
+    out = work / "results" / "vs-upstream-rounds.json"
+    cmd = [PY, str(REPO / "benchmarks" / "vs_vllm_rounds.py"), "--url", URL]
+    cmd += ["--model", "tinyllama", "--tokenizer", str(work / "models" / "tinyllama")]
+    cmd += ["--rounds", str(rounds), "--work", str(tmp), "--out", str(out)]
+    for w in ("128x128x64", "128x128x512", "32x128x256"):
+        cmd += ["--workload", w]
+    log(f"vs-upstream: {shlex.join(cmd)}")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    tmp.mkdir(parents=True, exist_ok=True)
+    # cwd: an empty folder, so that nothing there shadows a module vLLM imports
+    subprocess.run(cmd, env=env, cwd=tmp, check=True)
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return {"server": server, "command": shlex.join(cmd), **doc}
 
 
 PARTS = {
@@ -394,11 +305,14 @@ PARTS = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=[*PARTS, "stop-server"])
+    parser.add_argument("part", choices=[*PARTS, "stop-server", "start-tinyllama"])
     parser.add_argument("--work", type=Path, default=Path("/root/gpu-work"))
     args = parser.parse_args()
     if args.part == "stop-server":
         stop_server(args.work)
+        return 0
+    if args.part == "start-tinyllama":  # in one device call, so that a part's call has it up
+        ensure_server(args.work, "tinyllama", 2048)
         return 0
     target = args.work / "results" / f"{args.part}.json"
     if target.exists():

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of the GPU labs (issue 13). Run from the repository root on the GPU
 # host:  bash benchmarks/gpu/run_all.sh [BUDGET_SECONDS]     (default 540: inside a 10-min call)
+# PARTS="vs-upstream" MODELS="tinyllama" bash ...: only those parts, only those models built.
 #
 # Restartable: every step records its result under $WORK (default /root/gpu-work, which stays
 # while the machine is warm) and is skipped next time. Steps, in order:
@@ -15,6 +16,7 @@ BUDGET=${1:-540}
 WORK=${WORK:-/root/gpu-work}
 PY=${PY:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-$WORK/out}
+MODELS=${MODELS:-tinyllama llama3-8b}
 START=$(date +%s)
 mkdir -p "$WORK/pieces" "$WORK/results" "$WORK/logs" "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/operator"
@@ -52,20 +54,32 @@ fi
 command -v nvidia-smi > /dev/null || exit 0
 
 # 3. models (only torch + transformers needed)
-if [ ! -f "$WORK/models/llama3-8b/build.json" ] && [ "$(left)" -gt 150 ]; then
-  say "building the models"
-  "$PY" benchmarks/gpu/build_models.py "$WORK/models" 2>&1 | tee -a "$WORK/logs/models.log" | tail -3
-  for m in tinyllama llama3-8b; do cp -f "$WORK/models/$m/build.json" "$WORK/results/model-$m.json"; done
+need=""
+for m in $MODELS; do [ -f "$WORK/models/$m/build.json" ] || need="$need $m"; done
+if [ -n "$need" ] && [ "$(left)" -gt 150 ]; then
+  say "building the models:$need"
+  # shellcheck disable=SC2086 # one argument per model
+  "$PY" benchmarks/gpu/build_models.py "$WORK/models" $need 2>&1 | tee -a "$WORK/logs/models.log" | tail -3
+  for m in $need; do cp -f "$WORK/models/$m/build.json" "$WORK/results/model-$m.json"; done
 fi
+models_built() { for m in $MODELS; do [ -f "$WORK/models/$m/build.json" ] || return 1; done; }
 
 # 4. lab parts: name and estimate in seconds (server start included the first time)
-parts=("lab2-naive 120" "lab1 300" "lab1-before 60" "vs-upstream 150" "lab2 330" "lab2-512 200")
+parts=("lab2-naive 120" "lab1 300" "lab1-before 60" "vs-upstream 240" "lab2 330" "lab2-512 200")
+if [ -n "${PARTS:-}" ]; then
+  chosen=()
+  for p in "${parts[@]}"; do
+    set -- $p
+    case " $PARTS " in *" $1 "*) chosen+=("$p") ;; esac
+  done
+  parts=("${chosen[@]}")
+fi
 for p in "${parts[@]}"; do
     set -- $p
     name=$1 estimate=$2
     [ -f "$WORK/results/$name.json" ] && continue
     if [ "$name" != "lab2-naive" ] && ! "$PY" -c 'import vllm' 2>/dev/null; then continue; fi
-    [ -f "$WORK/models/llama3-8b/build.json" ] || continue
+    models_built || continue
     if [ "$(left)" -lt "$estimate" ]; then say "not starting $name: $(left) s left, it needs ~$estimate s"; continue; fi
     say "part $name"
     "$PY" benchmarks/gpu/labs.py "$name" --work "$WORK" 2>&1 | tee -a "$WORK/logs/$name.log" | tail -40

@@ -36,10 +36,13 @@ def render_start(svc: Service, settings: OperatorSettings, start: Start) -> list
     account, the Job, whose deterministic name makes a repeated create a no-op. A resumed
     start has its ConfigMaps already. Pure."""
     svc = svc.model_copy(update={"rerun": start.rerun})  # the run's name and Role follow it
-    manifests = [*render_account(svc, start.revision), render_job(svc, settings, start.revision)]
+    manifests = [
+        *render_account(svc, start.revision),
+        render_job(svc, settings, start.revision, start.target),
+    ]
     if not start.resume:
         manifests[:0] = [
-            render_run_record(svc, start.revision),
+            render_run_record(svc, start.revision, start.target),
             render_result_configmap(svc, start.revision),
         ]
     return manifests

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_operator.benchtarget import Target
 from vllm_operator.spec import BenchmarkThresholds
 
 PASSED, FAILED = "Passed", "Failed"
@@ -95,6 +96,7 @@ class Run:
     message: str = ""
     verdict: str | None = None  # PASSED or FAILED, recorded when the result arrived
     verdict_failures: str = ""
+    target: Target | None = None  # the one pod the run measures (its record; benchtarget.py)
 
     @property
     def headline(self) -> Headline:

@@ -9,7 +9,7 @@ from typing import Any
 
 from vllm_operator.apply import Writer, written_generation
 from vllm_operator.gates import Run
-from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems
+from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems, rolled_out
 from vllm_operator.render.benchmark import (
     COMPONENT,
     MESSAGE_KEY,
@@ -21,6 +21,7 @@ from vllm_operator.render.benchmark import (
     VERDICT_FAILURES_KEY,
     VERDICT_KEY,
     record_name,
+    recorded_target,
 )
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
@@ -46,6 +47,10 @@ def observe(writer: Writer, svc: Service) -> Observed:
         # runner publishes before it exits), so the history read after it has the result
         jobs = tuple(job_state(j, writer.generation_annotation) for j in _jobs(writer, svc))
         runs = tuple(history(writer, svc))
+    pods = None
+    if deployment is not None and svc.spec.benchmark.enabled and _measuring(deployment, runs):
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
+        pods = tuple(writer.list_children("v1", "Pod", svc.namespace, selector))
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -56,7 +61,15 @@ def observe(writer: Writer, svc: Service) -> Observed:
         runs=runs,
         jobs=jobs,
         written_generation=written_generation(deployment, writer.generation_annotation),
+        pods=pods,
     )
+
+
+def _measuring(deployment: dict[str, Any], runs: tuple[Run, ...]) -> bool:
+    """A run may start (the Deployment is rolled out: the revision's first run, a re-run, a
+    run confirming a failed verdict) or one is going: the pods are needed to choose, or to
+    watch, the one pod it measures (benchtarget.py). One list of the service's pods."""
+    return any(r.state == "Running" for r in runs) or rolled_out(deployment)
 
 
 def _owned(obj: dict[str, Any], svc: Service) -> bool:
@@ -108,6 +121,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
                 message=message,
                 verdict=record.get(VERDICT_KEY),
                 verdict_failures=record.get(VERDICT_FAILURES_KEY, ""),
+                target=recorded_target(record),
             )
         )
     return sorted(runs, key=lambda r: r.created)

@@ -51,6 +51,9 @@ class Observed:
     jobs: tuple[JobState, ...] = ()
     # the service generation whose rendering last wrote the Deployment (0: not recorded)
     written_generation: int = 0
+    # the service's pods, read while a benchmark run may start or is going (the one pod a
+    # run measures: benchtarget.py); None: not read
+    pods: tuple[dict[str, Any], ...] | None = None
 
     @property
     def deployment_revision(self) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from vllm_operator.benchtarget import Target
 from vllm_operator.gates import FAILED, Run, judge, last_passing, previous_passing
 from vllm_operator.observed import JobState, Observed, rolled_out
 from vllm_operator.render.benchmark import (
@@ -42,12 +43,14 @@ NO_RESULT = "the runner exited without publishing a result"
 class Start:
     """Start run `run` of `revision` (its record, its ConfigMap, the Job's account, the
     Job), or, `resume`: a start interrupted after the ConfigMaps (an operator restart):
-    only the account and the Job. `rerun`: the token the run is named by (run_name)."""
+    only the account and the Job. `rerun`: the token the run is named by (run_name).
+    `target`: the one pod it measures (targeting.aim; None: the Service)."""
 
     run: str
     revision: str
     rerun: str | None = None
     resume: bool = False
+    target: Target | None = None
 
 
 @dataclass(frozen=True)

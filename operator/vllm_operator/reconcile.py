@@ -39,6 +39,7 @@ from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
+from vllm_operator.targeting import aim
 
 __all__ = ["Event", "Outcome", "describe", "reconcile", "render_children", "restorable"]
 
@@ -149,7 +150,7 @@ def _pipeline(
         # service: a no-op, so that no child goes back to an older spec and no run of the
         # newer revision is superseded by the older one's
         return Outcome(stale=True)
-    plan = decide(svc, seen, settings)
+    plan = aim(svc, seen, decide(svc, seen, settings))  # the one pod each run measures
     rendered = render_children(
         svc,
         settings,

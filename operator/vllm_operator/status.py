@@ -239,7 +239,22 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
             conds.append(Cond("BenchmarkPassed", "True", "ThresholdsMet", "all thresholds met"))
     if bench.rolled_back_to:
         out["rolledBackTo"] = bench.rolled_back_to
-    return out, conds
+    return {**out, **_measured(run)}, conds
+
+
+def _measured(run: Any) -> dict[str, Any]:
+    """The one pod `run` (a gates.Run, or None) measures, and the load of other clients seen
+    on it during the run (the result's liveLoad, summarised)."""
+    out: dict[str, Any] = {}
+    if run is None:
+        return out
+    if run.target is not None:
+        out.update({"targetPod": run.target.pod, "targetPodIP": run.target.ip})
+    live = (run.result or {}).get("liveLoad") or {}
+    keys = ("foreignRequests", "peakForeignInFlight", "quiet")
+    if summary := {k: live[k] for k in keys if live.get(k) is not None}:
+        out["liveLoad"] = summary
+    return out
 
 
 def _autoscaling(svc: Service, obs: Observed) -> tuple[dict[str, Any] | None, list[Cond]]:

@@ -1,6 +1,7 @@
-"""Which pod a benchmark run measures (benchtarget.py, pure), and the Job and record rendered
-for it: the runner gets the pod's own URL, the record names the pod, a pod that goes away
-mid-run is said to be gone (issue 10, item 7)."""
+"""Which pod a benchmark run measures (benchtarget.py, pure), the Job and record rendered for
+it (the runner gets the pod's own URL, the record names the pod), and the plan with it
+(targeting.aim): a start waits for a Ready pod, a resumed start keeps its pod, a run whose
+pod goes away fails and its Job stops (issue 10, item 7)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,23 @@ from typing import Any
 
 from tests.unit.builders import service
 from vllm_bench.cli import build_parser
+from vllm_operator.benchmarking import render_start
 from vllm_operator.benchtarget import Target, choose_target, revision_pods, target_gone
+from vllm_operator.gates import Run
+from vllm_operator.observed import JobState, Observed
+from vllm_operator.policy import Plan, Start, decide
 from vllm_operator.render.benchmark import (
+    REVISION_LABEL,
     TARGET_ANNOTATION,
     recorded_target,
     render_job,
     render_run_record,
+    revision,
+    run_name,
 )
+from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.settings import OperatorSettings
+from vllm_operator.targeting import aim
 
 SETTINGS = OperatorSettings()
 
@@ -148,3 +158,91 @@ def test_the_job_measures_the_pod_and_the_record_names_it() -> None:
     assert "http://tiny-cpu.ns.svc" in args[args.index("--url") + 1]
     assert recorded_target(render_run_record(svc, "aaaaaaaaaa")["data"]) is None
     assert recorded_target({"targetPod": "p", "targetPodIP": "1.2.3.4", "targetPort": "x"}) is None
+
+
+# ---- targeting.aim: the pod in the plan ----------------------------------------------------
+
+SVC = service("minimal")
+REV = revision(render_pod_template(SVC, SETTINGS))
+RUN = run_name(SVC, REV)
+
+
+def rolled_out(replicas: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "minimal", "generation": 2, "annotations": {REVISION_LABEL: REV}},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": 2,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+        },
+    }
+
+
+def server_pod(name: str, created: str, ip: str, *, ready: bool = True) -> dict[str, Any]:
+    return pod(name, created, ip=ip, owner="minimal-7c9f", ready=ready)
+
+
+PODS = (
+    server_pod("minimal-7c9f-b", "2026-11-30T17:02:00Z", "10.85.0.9"),
+    server_pod("minimal-7c9f-a", "2026-11-30T17:01:00Z", "10.85.0.7"),
+)
+OLDEST = Target("minimal-7c9f-a", "uid-minimal-7c9f-a", "10.85.0.7", 8000)
+
+
+def planned(observed: Observed) -> Plan:
+    return aim(SVC, observed, decide(SVC, observed, SETTINGS))
+
+
+def running(target: Target | None = OLDEST) -> Run:
+    return Run(REV, RUN, "2030-01-01T00:00:00Z", "Running", "", target=target)
+
+
+def test_a_run_starts_on_the_oldest_ready_pod_and_waits_while_there_is_none() -> None:
+    plan = planned(Observed(deployment=rolled_out(), pods=PODS))
+    assert plan.start == Start(RUN, REV, target=OLDEST)
+    unready = tuple(server_pod(p["metadata"]["name"], "t", "10.85.0.1", ready=False) for p in PODS)
+    assert planned(Observed(deployment=rolled_out(), pods=unready)).start is None
+    # no pods read: the Service, as before runs targeted a pod
+    assert planned(Observed(deployment=rolled_out())).start == Start(RUN, REV)
+
+
+def test_the_rendered_start_measures_the_chosen_pod() -> None:
+    start = planned(Observed(deployment=rolled_out(), pods=PODS)).start
+    assert start is not None
+    record, _, _, _, _, job = render_start(SVC, SETTINGS, start)
+    assert record["data"]["targetPod"] == "minimal-7c9f-a"
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--url") + 1] == "http://10.85.0.7:8000"
+
+
+def test_a_run_whose_pod_goes_away_fails_and_its_job_stops() -> None:
+    active = JobState(RUN, active=True, succeeded=False, failed_reason=None)
+    there = Observed(deployment=rolled_out(), runs=(running(),), jobs=(active,), pods=PODS)
+    assert planned(there).stop == ()
+    assert planned(there).record == ()
+    left = (PODS[0],)  # the measured pod was deleted
+    plan = planned(Observed(deployment=rolled_out(), runs=(running(),), jobs=(active,), pods=left))
+    assert plan.stop == (RUN,)
+    (record,) = plan.record
+    assert record.unless_result
+    assert record.data["state"] == "Failed"
+    assert record.data["message"] == (
+        "TargetPodGone: the measured pod minimal-7c9f-a (10.85.0.7) was deleted during the "
+        "run; the rerun-benchmark annotation measures the revision again"
+    )
+    # an unread pod list proves nothing: no failure
+    unread = Observed(deployment=rolled_out(), runs=(running(),), jobs=(active,))
+    assert planned(unread).record == ()
+
+
+def test_a_resumed_start_measures_the_recorded_pod_or_ends_when_it_is_gone() -> None:
+    # an operator restart between the ConfigMaps and the Job: no Job yet
+    newer = (server_pod("minimal-7c9f-c", "2026-11-30T16:00:00Z", "10.85.0.3"), *PODS)
+    plan = planned(Observed(deployment=rolled_out(3), runs=(running(),), pods=newer))
+    assert plan.start == Start(RUN, REV, resume=True, target=OLDEST)
+    plan = planned(Observed(deployment=rolled_out(), runs=(running(),), pods=(PODS[0],)))
+    assert plan.start is None
+    assert [r.data["state"] for r in plan.record] == ["Failed"]
