@@ -277,7 +277,7 @@ def vs_upstream(work: Path, rounds: int = 8) -> Any:
     one (128 at once, 64 out), a longer one (512 out: fixed costs matter less) and a lighter
     one (32 at once: a quarter of the chunks per second for each client to parse)."""
     server = ensure_server(work, "tinyllama", 2048)
-    tmp = work / "vs-upstream"
+    tmp = work / "results" / "vs-upstream"  # vllm bench serve's own JSON per round come back
     out = work / "results" / "vs-upstream-rounds.json"
     cmd = [PY, str(REPO / "benchmarks" / "vs_vllm_rounds.py"), "--url", URL]
     cmd += ["--model", "tinyllama", "--tokenizer", str(work / "models" / "tinyllama")]
