@@ -12,7 +12,7 @@ from vllm_bench.cli import build_parser
 from vllm_operator.benchmarking import render_start
 from vllm_operator.benchtarget import Target, choose_target, revision_pods, target_gone
 from vllm_operator.gates import Run
-from vllm_operator.observed import JobState, Observed
+from vllm_operator.observed import BenchView, JobState, Observed
 from vllm_operator.policy import Plan, Start, decide
 from vllm_operator.render.benchmark import (
     REVISION_LABEL,
@@ -25,6 +25,7 @@ from vllm_operator.render.benchmark import (
 )
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.settings import OperatorSettings
+from vllm_operator.status import compute_status
 from vllm_operator.targeting import aim
 
 SETTINGS = OperatorSettings()
@@ -246,3 +247,27 @@ def test_a_resumed_start_measures_the_recorded_pod_or_ends_when_it_is_gone() -> 
     plan = planned(Observed(deployment=rolled_out(), runs=(running(),), pods=(PODS[0],)))
     assert plan.start is None
     assert [r.data["state"] for r in plan.record] == ["Failed"]
+
+
+def test_the_status_names_the_measured_pod_and_the_load_of_others_on_it() -> None:
+    live = {"foreignRequests": 7, "peakForeignInFlight": 2.0, "quiet": False, "ownRequests": 40}
+    result = {"status": "ok", "headline": {"outputTokensPerSecond": 9.5}, "liveLoad": live}
+    done = Run(REV, RUN, "2030-01-01T00:00:00Z", "Complete", "", result=result, target=OLDEST)
+    bench = BenchView(revision=REV, run_name=RUN, runs=(done,), rollout_done=True)
+    st = compute_status(
+        SVC, Observed(rolled_out()), {}, SETTINGS, "2030-01-01T00:10:00Z", bench=bench
+    )
+    assert st["benchmark"]["targetPod"] == "minimal-7c9f-a"
+    assert st["benchmark"]["targetPodIP"] == "10.85.0.7"
+    assert st["benchmark"]["liveLoad"] == {
+        "foreignRequests": 7,
+        "peakForeignInFlight": 2.0,
+        "quiet": False,
+    }
+    # a run of an earlier runner (no liveLoad) and without a recorded pod: neither key
+    old = Run(REV, RUN, "2030-01-01T00:00:00Z", "Complete", "", result={"status": "ok"})
+    bench = BenchView(revision=REV, run_name=RUN, runs=(old,), rollout_done=True)
+    st = compute_status(
+        SVC, Observed(rolled_out()), {}, SETTINGS, "2030-01-01T00:10:00Z", bench=bench
+    )
+    assert not {"targetPod", "targetPodIP", "liveLoad"} & st["benchmark"].keys()
