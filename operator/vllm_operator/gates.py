@@ -9,6 +9,9 @@ from vllm_operator.benchtarget import Target
 from vllm_operator.spec import BenchmarkThresholds
 
 PASSED, FAILED = "Passed", "Failed"
+# in a run's record, beside a Failed verdict: the run that confirms it (policy.decide rolls
+# back only when that one fails too)
+CONFIRMATION_KEY = "confirmation"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Run:
     verdict: str | None = None  # PASSED or FAILED, recorded when the result arrived
     verdict_failures: str = ""
     target: Target | None = None  # the one pod the run measures (its record; benchtarget.py)
+    confirmation: str = ""  # a Failed verdict: the run that measures the revision again
 
     @property
     def headline(self) -> Headline:

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from vllm_operator.apply import Writer, written_generation
-from vllm_operator.gates import Run
+from vllm_operator.gates import CONFIRMATION_KEY, Run
 from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems, rolled_out
 from vllm_operator.render.benchmark import (
     COMPONENT,
@@ -122,6 +122,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
                 verdict=record.get(VERDICT_KEY),
                 verdict_failures=record.get(VERDICT_FAILURES_KEY, ""),
                 target=recorded_target(record),
+                confirmation=record.get(CONFIRMATION_KEY, ""),
             )
         )
     return sorted(runs, key=lambda r: r.created)

@@ -106,3 +106,6 @@ class BenchView:
     rollback_refused: str | None = None
     rollout_done: bool = False
     gated: bool = False  # the spec sets thresholds (the spec's, not a rolled-back one's)
+    # the revision's run failed its gates and run_name confirms it: why (no rollback yet)
+    confirming: str | None = None
+    confirmed: bool = False  # a rollback in force follows two failed runs

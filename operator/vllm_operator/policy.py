@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from vllm_operator.benchtarget import Target
-from vllm_operator.gates import FAILED, Run, judge, last_passing, previous_passing
+from vllm_operator.gates import (
+    CONFIRMATION_KEY,
+    FAILED,
+    Run,
+    Verdict,
+    judge,
+    last_passing,
+    previous_passing,
+)
 from vllm_operator.observed import JobState, Observed, rolled_out
 from vllm_operator.render.benchmark import (
     MESSAGE_KEY,
@@ -82,6 +90,9 @@ class Plan:
     restored: Service | None = None
     rollback_refused: str | None = None  # a rollback was due but its record is unusable
     rollout_done: bool = False  # the spec's revision is rolled out (a run may start)
+    # the revision's run failed its gates and a second run confirms it: why (for the status)
+    confirming: str | None = None
+    confirmed: bool = False  # the rollback follows two failed runs
 
     @property
     def rolled_back_to(self) -> str | None:
@@ -187,6 +198,39 @@ def _ended(svc: Service, job: JobState, run: Run) -> Record | None:
     )
 
 
+def confirming(svc: Service) -> Service:
+    """`svc` as the run confirming a failed verdict is rendered: a re-run of the same
+    revision, under a token of its own (run_name: another Job, ConfigMap and record)."""
+    return svc.model_copy(update={"rerun": f"{svc.rerun or ''}#confirm-failed-run"})
+
+
+def _judge(
+    runs: list[Run], svc: Service, rev: str, name: str, confirmation: str | None
+) -> tuple[Verdict | None, list[Run], Record | None]:
+    """The gates on run `name` (once it is complete), and the record of a new verdict (a
+    Failed one names the run that will confirm it, `confirmation`, when there is one); the
+    runs with that verdict in them, for the rest of the decision."""
+    bench = svc.spec.benchmark
+    verdict = judge(runs, rev, bench.thresholds, bench.on_failure == "Rollback", name=name)
+    if verdict is None or verdict.to_record is None:
+        return verdict, runs, None
+    data = {VERDICT_KEY: verdict.to_record, VERDICT_FAILURES_KEY: "; ".join(verdict.failures)}
+    if confirmation and verdict.to_record == FAILED:
+        data[CONFIRMATION_KEY] = confirmation
+    runs = [
+        dataclasses.replace(
+            r,
+            verdict=verdict.to_record,
+            verdict_failures=data[VERDICT_FAILURES_KEY],
+            confirmation=data.get(CONFIRMATION_KEY, ""),
+        )
+        if r.name == name
+        else r
+        for r in runs
+    ]
+    return verdict, runs, Record(name, rev, data)
+
+
 def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan:
     """The benchmark lifecycle of one reconcile, from what observe() read."""
     bench = svc.spec.benchmark
@@ -194,33 +238,44 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
         return Plan()
     rev = revision(render_pod_template(svc, settings))
     name = run_name(svc, rev)  # the current run: the revision's, or its re-run's
-    runs = list(observed.runs)
+    confirm = confirming(svc)
+    confirm_name = run_name(confirm, rev)
     records: list[Record] = []
 
-    # judge: a completed run is judged once, with the thresholds of that moment
-    verdict = judge(runs, rev, bench.thresholds, rollback=bench.on_failure == "Rollback", name=name)
-    if verdict is not None and verdict.to_record is not None:
-        judged = next(r for r in runs if r.name == name)
-        records.append(
-            Record(
-                name,
-                rev,
-                {
-                    VERDICT_KEY: verdict.to_record,
-                    VERDICT_FAILURES_KEY: "; ".join(verdict.failures),
-                },
+    # judge: a completed run is judged once, with the thresholds of that moment. A failed
+    # verdict that would roll back is confirmed first by a second run of the same revision
+    # (one noisy run must not roll back a good revision): that run's verdict decides.
+    rollback = bench.on_failure == "Rollback"
+    verdict, runs, record = _judge(
+        list(observed.runs), svc, rev, name, confirm_name if rollback else None
+    )
+    records += [record] if record else []
+    first = next((r for r in runs if r.name == name), None)
+    confirmation = (
+        verdict is not None
+        and first is not None
+        and first.verdict == FAILED
+        and first.confirmation == confirm_name
+    )
+    measuring, token, confirming_why = name, svc.rerun, None
+    if confirmation and verdict is not None:
+        failed_first = verdict.failures
+        measuring, token = confirm_name, confirm.rerun
+        verdict, runs, record = _judge(runs, svc, rev, confirm_name, None)
+        records += [record] if record else []
+        if verdict is None:  # the confirmation has no verdict yet: no rollback until it has
+            confirming_why = (
+                f"run {name} failed its gates ({'; '.join(failed_first)}); run {confirm_name} "
+                f"measures revision {rev} again before any rollback"
             )
-        )
-        runs = [
-            dataclasses.replace(r, verdict=verdict.to_record) if r is judged else r for r in runs
-        ]
+            verdict = Verdict(failed_first, None, None)
 
-    # roll back: the spec's revision failed its gates when it was measured; run the last
-    # one that passed until the spec changes, if its record re-renders to its revision
+    # roll back: the spec's revision failed its gates (confirmed); run the last one that
+    # passed until the spec changes, if its record re-renders to its revision
     target = verdict.rollback_to if verdict is not None else None
     restored, refused = restorable(svc, target, settings) if target is not None else (None, None)
 
-    # start, resume or end the current run; supersede the others still going
+    # start, resume or end the run measuring the revision; supersede the others still going
     dep = observed.deployment
     rollout_done = (
         restored is None
@@ -230,23 +285,25 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
         and observed.deployment_revision == rev
     )
     by_name = {r.name: r for r in runs}
-    jobs = {j.name: j for j in observed.jobs}
-    current, job = by_name.get(name), jobs.get(name)
-    stop, superseded = _supersede(svc, {name}, observed.jobs, by_name)
+    current, job = (
+        by_name.get(measuring),
+        next((j for j in observed.jobs if j.name == measuring), None),
+    )
+    stop, superseded = _supersede(svc, {name, confirm_name}, observed.jobs, by_name)
     records += superseded
     start = None
     if current is None and rollout_done:
-        start = Start(name, rev, svc.rerun)
+        start = Start(measuring, rev, token)
     elif current is not None and current.state == "Running" and job is None and rollout_done:
-        start = Start(name, rev, svc.rerun, resume=True)
+        start = Start(measuring, rev, token, resume=True)
     elif current is not None and job is not None and (ended := _ended(svc, job, current)):
         records.append(ended)
 
-    protect = {target.name} if target is not None else set()
+    protect = {name, confirm_name} | ({target.name} if target is not None else set())
     return Plan(
         enabled=True,
         revision=rev,
-        run=name,
+        run=measuring,
         start=start,
         stop=stop,
         record=tuple(records),
@@ -256,7 +313,18 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
         restored=restored,
         rollback_refused=refused,
         rollout_done=rollout_done,
+        confirming=confirming_why,
+        confirmed=confirmation and target is not None,
     )
 
 
-__all__ = ["FAILED", "Plan", "Record", "Start", "decide", "restorable", "runs_to_prune"]
+__all__ = [
+    "FAILED",
+    "Plan",
+    "Record",
+    "Start",
+    "confirming",
+    "decide",
+    "restorable",
+    "runs_to_prune",
+]

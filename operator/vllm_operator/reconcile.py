@@ -38,7 +38,12 @@ from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
-from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
+from vllm_operator.status import (
+    CONFIRMING,
+    apply_failed_status,
+    compute_status,
+    invalid_spec_status,
+)
 from vllm_operator.targeting import aim
 
 __all__ = ["Event", "Outcome", "describe", "reconcile", "render_children", "restorable"]
@@ -220,6 +225,8 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
         rollback_refused=plan.rollback_refused,
         rollout_done=plan.rollout_done,
         gated=svc.spec.benchmark.thresholds.any,
+        confirming=plan.confirming,
+        confirmed=plan.confirmed,
     )
 
 
@@ -246,6 +253,8 @@ def _events(old: dict[str, Any], new: dict[str, Any], changes: list[Change]) -> 
             continue
         if c["type"] == "Ready" and c["status"] == "True":
             events.append(Event("Normal", "Ready", c["message"]))
+        elif c["type"] == "BenchmarkComplete" and c["reason"] == CONFIRMING:
+            events.append(Event("Normal", c["reason"], c["message"]))
         elif (c["type"] == "Degraded" and c["status"] == "True") or (
             c["type"] == "BenchmarkComplete"
             and c["reason"] in ("BenchmarkFailed", "BenchmarkTimedOut")

@@ -15,6 +15,9 @@ from vllm_operator.render.service import endpoint
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 
+# BenchmarkComplete's reason while a second run confirms a failed verdict
+CONFIRMING = "ConfirmingFailure"
+
 
 @dataclass(frozen=True)
 class Cond:
@@ -159,7 +162,13 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
     )
     out: dict[str, Any] = {"revision": bench.revision}
     conds: list[Cond] = []
-    if run is None:
+    confirming = bench.confirming is not None and (run is None or run.state == "Running")
+    if confirming:
+        # a failed verdict is confirmed by a second run before it can roll anything back
+        if run is not None:
+            out.update({"job": run.name, "result": f"configmap/{run.name}", "state": run.state})
+        conds.append(Cond("BenchmarkComplete", "False", CONFIRMING, str(bench.confirming)))
+    elif run is None:
         why = (
             "waiting for the rollout to complete"
             if not bench.rollout_done
@@ -179,12 +188,18 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
             )
         elif run.state == "Failed":
             timed_out = "DeadlineExceeded" in run.message
+            message = run.message or "the benchmark failed"
+            if bench.confirming is not None:
+                message += (
+                    " (this run was to confirm a failed verdict: not rolled back on one "
+                    "measurement; the rerun-benchmark annotation measures again)"
+                )
             conds.append(
                 Cond(
                     "BenchmarkComplete",
                     "False",
                     "BenchmarkTimedOut" if timed_out else "BenchmarkFailed",
-                    run.message or "the benchmark failed",
+                    message,
                 )
             )
         else:
@@ -219,27 +234,27 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
                 )
             )
     if bench.gated:
-        if bench.failures is None:
-            conds.append(
-                Cond(
-                    "BenchmarkPassed",
-                    "Unknown",
-                    "Pending",
-                    "no completed benchmark of this revision yet",
-                )
-            )
-        elif bench.failures:
-            out["passed"] = False
-            out["failures"] = list(bench.failures)
-            conds.append(
-                Cond("BenchmarkPassed", "False", "ThresholdsNotMet", "; ".join(bench.failures))
-            )
-        else:
-            out["passed"] = True
-            conds.append(Cond("BenchmarkPassed", "True", "ThresholdsMet", "all thresholds met"))
+        passed, fields = _passed(bench, confirming)
+        conds.append(passed)
+        out.update(fields)
     if bench.rolled_back_to:
         out["rolledBackTo"] = bench.rolled_back_to
     return {**out, **_measured(run)}, conds
+
+
+def _passed(bench: BenchView, confirming: bool) -> tuple[Cond, dict[str, Any]]:
+    """The BenchmarkPassed condition, and status.benchmark's passed/failures."""
+    failures = list(bench.failures or ())
+    if confirming:
+        message = f"the first run failed ({'; '.join(failures)}); a second run decides"
+        return Cond("BenchmarkPassed", "Unknown", "Confirming", message), {"failures": failures}
+    if bench.failures is None:
+        message = "no completed benchmark of this revision yet"
+        return Cond("BenchmarkPassed", "Unknown", "Pending", message), {}
+    if failures:
+        cond = Cond("BenchmarkPassed", "False", "ThresholdsNotMet", "; ".join(failures))
+        return cond, {"passed": False, "failures": failures}
+    return Cond("BenchmarkPassed", "True", "ThresholdsMet", "all thresholds met"), {"passed": True}
 
 
 def _measured(run: Any) -> dict[str, Any]:
@@ -380,7 +395,8 @@ def compute_status(
                     "Degraded",
                     "True",
                     "BenchmarkRollback",
-                    f"revision {bench.revision} failed its benchmark gates "
+                    f"revision {bench.revision} failed its benchmark gates"
+                    f"{' in two runs' if bench.confirmed else ''} "
                     f"({'; '.join(bench.failures or ())}); rolled back to revision "
                     f"{bench.rolled_back_to} (its pod template only) until the spec renders "
                     "another revision or the rerun-benchmark annotation changes",

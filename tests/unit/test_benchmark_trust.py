@@ -201,7 +201,8 @@ def test_an_unusable_rollback_record_is_a_condition_and_one_event() -> None:
     result = {"status": "ok", "headline": {"outputTokensPerSecond": 5}}
     for rev, minute, spec_json, verdict in (
         (old_rev, 1, '{"model": 1}', "Passed"),  # a record that does not parse
-        (new_rev, 2, svc.spec.model_dump_json(by_alias=True), None),
+        # judged Failed and confirmed (or judged by a version that did not confirm)
+        (new_rev, 2, svc.spec.model_dump_json(by_alias=True), "Failed"),
     ):
         for cm, data in (
             (render_result_configmap(svc, rev), {"result.json": json.dumps(result)}),

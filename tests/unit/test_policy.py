@@ -3,6 +3,7 @@ with exact inputs (the service, what observe() read) and exact outputs (the Plan
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tests.unit.builders import service
@@ -14,6 +15,7 @@ from vllm_operator.policy import (
     Plan,
     Record,
     Start,
+    confirming,
     decide,
     runs_to_prune,
 )
@@ -316,3 +318,145 @@ def test_the_plan_prunes_the_oldest_runs_beyond_keep_runs() -> None:
     current = run(state="Running", created="2030-01-01T00:09:00Z")
     got = decide(svc, seen((*old, current), (job(active=True),)), SETTINGS)
     assert got == plan(prune=(old[0].name, old[1].name), rollout_done=True)
+
+
+# ---- a failed verdict is confirmed once before it rolls back (issue 10, item 7) -----------
+
+ROLLBACK = {"benchmark": {**GATES, "onFailure": "Rollback"}}
+CONFIRM = confirming(SVC)
+CONFIRM_RUN = run_name(CONFIRM, REV)
+FIRST_FAILURES = "outputTokensPerSecond 10 < minimum 50"
+
+
+def failed_first() -> Run:
+    """The revision's first run, judged Failed, naming the run that confirms it."""
+    return dataclasses.replace(
+        run(tps=10, verdict=FAILED, created="2030-01-01T00:05:00Z"),
+        verdict_failures=FIRST_FAILURES,
+        confirmation=CONFIRM_RUN,
+    )
+
+
+def confirming_why() -> str:
+    return (
+        f"run {RUN} failed its gates ({FIRST_FAILURES}); run {CONFIRM_RUN} measures revision "
+        f"{REV} again before any rollback"
+    )
+
+
+def test_a_first_failed_verdict_starts_a_confirmation_run_instead_of_a_rollback() -> None:
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    assert CONFIRM_RUN not in (RUN, passed.name)
+    assert decide(svc, seen((passed, run(tps=10))), SETTINGS) == plan(
+        run=CONFIRM_RUN,
+        start=Start(CONFIRM_RUN, REV, CONFIRM.rerun),
+        record=(
+            Record(
+                RUN,
+                REV,
+                {
+                    "verdict": FAILED,
+                    "verdictFailures": FIRST_FAILURES,
+                    "confirmation": CONFIRM_RUN,
+                },
+            ),
+        ),
+        failures=(FIRST_FAILURES,),
+        rollout_done=True,
+        confirming=confirming_why(),
+    )
+
+
+def test_while_the_confirmation_runs_nothing_is_rolled_back() -> None:
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    going = run(name=CONFIRM_RUN, state="Running", created="2030-01-01T00:06:00Z")
+    got = decide(
+        svc, seen((passed, failed_first(), going), (job(CONFIRM_RUN, active=True),)), SETTINGS
+    )
+    assert got == plan(
+        run=CONFIRM_RUN,
+        failures=(FIRST_FAILURES,),
+        rollout_done=True,
+        confirming=confirming_why(),
+    )
+    # an operator restart between its ConfigMaps and its Job: the confirmation resumes
+    got = decide(svc, seen((passed, failed_first(), going)), SETTINGS)
+    assert got.start == Start(CONFIRM_RUN, REV, CONFIRM.rerun, resume=True)
+    # the first run's Job, finished, is never superseded; neither is the confirmation's
+    assert got.stop == ()
+
+
+def test_a_passing_confirmation_makes_the_revision_pass() -> None:
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    second = run(name=CONFIRM_RUN, tps=60, created="2030-01-01T00:06:00Z")
+    assert decide(svc, seen((passed, failed_first(), second)), SETTINGS) == plan(
+        run=CONFIRM_RUN,
+        record=(Record(CONFIRM_RUN, REV, {"verdict": PASSED, "verdictFailures": ""}),),
+        failures=(),
+        rollout_done=True,
+    )
+
+
+def test_a_failing_confirmation_rolls_back() -> None:
+    svc = with_spec(ROLLBACK)
+    old, passed = good()
+    second = run(name=CONFIRM_RUN, tps=12, created="2030-01-01T00:06:00Z")
+    failures = "outputTokensPerSecond 12 < minimum 50"
+    got = decide(svc, seen((passed, failed_first(), second)), SETTINGS)
+    assert got == plan(
+        run=CONFIRM_RUN,
+        record=(Record(CONFIRM_RUN, REV, {"verdict": FAILED, "verdictFailures": failures}),),
+        failures=(failures,),
+        rollback_to=passed,
+        restored=svc.model_copy(update={"spec": old.spec}),
+        confirmed=True,
+    )
+    # once recorded, the next reconcile (the rollback in force) records nothing more
+    second = dataclasses.replace(second, verdict=FAILED, verdict_failures=failures)
+    again = decide(
+        svc, seen((passed, failed_first(), second), dep=deployment(passed.revision)), SETTINGS
+    )
+    assert again == dataclasses.replace(got, record=())
+
+
+def test_a_confirmation_that_ends_without_a_result_rolls_nothing_back() -> None:
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    going = run(name=CONFIRM_RUN, state="Running", created="2030-01-01T00:06:00Z")
+    failed = job(CONFIRM_RUN, failed="BackoffLimitExceeded", message="exit 1")
+    assert decide(svc, seen((passed, failed_first(), going), (failed,)), SETTINGS) == plan(
+        run=CONFIRM_RUN,
+        record=(
+            Record(
+                CONFIRM_RUN,
+                REV,
+                {"state": "Failed", "message": "BackoffLimitExceeded: exit 1"},
+                unless_result=True,
+            ),
+        ),
+        failures=(FIRST_FAILURES,),
+        rollout_done=True,
+        confirming=confirming_why(),
+    )
+
+
+def test_report_mode_does_not_confirm() -> None:
+    svc = with_spec({"benchmark": {**GATES, "onFailure": "Report"}})
+    (record,) = decide(svc, seen((run(tps=10),)), SETTINGS).record
+    assert "confirmation" not in record.data
+
+
+def test_pruning_keeps_both_runs_of_the_revision() -> None:
+    svc = with_spec({"benchmark": {**GATES, "onFailure": "Rollback", "keepRuns": 1}})
+    _, passed = good()
+    second = run(name=CONFIRM_RUN, state="Running", created="2030-01-01T00:06:00Z")
+    older = run("aaaaaaaaaa", verdict=FAILED, created="2030-01-01T00:00:30Z")
+    got = decide(
+        svc,
+        seen((older, passed, failed_first(), second), (job(CONFIRM_RUN, active=True),)),
+        SETTINGS,
+    )
+    assert got.prune == (older.name,)

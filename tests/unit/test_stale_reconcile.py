@@ -30,7 +30,8 @@ GENERATION = f"{SETTINGS.annotation_prefix}/generation"
 
 
 def rolled_out(api: FakeApi) -> None:
-    """What the Deployment controller reports once the rollout finished."""
+    """What the Deployment controller and the kubelet report once the rollout finished: the
+    Deployment's status and a Ready pod of its current ReplicaSet (the one a run measures)."""
     dep = api.objects[DEP_PATH]
     want = dep["spec"]["replicas"]
     dep["metadata"]["generation"] = 1
@@ -41,6 +42,30 @@ def rolled_out(api: FakeApi) -> None:
         "readyReplicas": want,
         "availableReplicas": want,
     }
+    for path in [p for p in api.objects if "/pods/" in p]:
+        del api.objects[path]
+    pod_hash = revision(dep["spec"]["template"])[:8]
+    name = f"minimal-{pod_hash}-x1"
+    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
+    api.put(
+        _path("v1", "Pod", "ns", name),
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"pod-{pod_hash}",
+                "labels": {**labels, "pod-template-hash": pod_hash},
+                "ownerReferences": [
+                    {"kind": "ReplicaSet", "name": f"minimal-{pod_hash}", "controller": True}
+                ],
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
 
 
 def job_path(name: str) -> str:
@@ -76,7 +101,7 @@ def test_a_stale_read_never_regresses_a_child_nor_supersedes_the_current_run() -
     # positive control: the newer generation started its run
     assert job_path(name) in api.objects
     template = copy.deepcopy(api.objects[DEP_PATH]["spec"]["template"])
-    writes = len(api.writes_made())
+    writes, requests = len(api.writes_made()), len(api.requests)
 
     outcome = reconcile(stale, api, SETTINGS)  # e.g. a resume handed an old body
 
@@ -87,8 +112,8 @@ def test_a_stale_read_never_regresses_a_child_nor_supersedes_the_current_run() -
     record = api.objects[_path("v1", "ConfigMap", "ns", f"{name}-record")]["data"]
     assert "state" not in record
     assert api.writes_made()[writes:] == []
-    reads = [p for m, p in api.requests[-3:] if m == "GET"]
-    assert DEP_PATH in reads  # the stale reconcile ran: it read the Deployment
+    # the stale reconcile ran: it read the Deployment
+    assert ("GET", DEP_PATH) in api.requests[requests:]
     # what it went by: the generation each child was written from
     assert api.objects[DEP_PATH]["metadata"]["annotations"][GENERATION] == "2"
     assert api.objects[job_path(name)]["metadata"]["annotations"][GENERATION] == "2"
