@@ -163,6 +163,7 @@ def restart_apiserver(cluster: LocalCluster, down_seconds: float = 0.0) -> float
 # ---- the audit log ---------------------------------------------------------------------
 
 AGENT_PREFIX = "vllm-operator ("
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
 @dataclass(frozen=True)
@@ -174,29 +175,36 @@ class Write:
 
 
 def audit_writes(
-    audit_log: Path, namespace: str, resource: str, name: str, since: float = 0.0
+    audit_log: Path,
+    namespace: str,
+    resource: str | None = None,
+    name: str | None = None,
+    *,
+    since: float = 0.0,
+    username: str | None = None,
 ) -> list[Write]:
-    """Successful writes to one object, by replica, in the API server's order."""
+    """Successful writes in `namespace` (to one kind, one object), in the API server's order.
+    Writes by `username` (the replicas' ServiceAccount) without a replica's User-Agent are
+    listed too, as replica "?": nobody can tell whose they were."""
     out = []
     for line in audit_log.read_text().splitlines():
         with contextlib.suppress(ValueError):
             event = json.loads(line)
             ref = event.get("objectRef", {})
-            if (ref.get("namespace"), ref.get("resource"), ref.get("name")) != (
-                namespace,
-                resource,
-                name,
-            ):
+            if ref.get("namespace") != namespace or event.get("verb") not in WRITE_VERBS:
+                continue
+            if (resource and ref.get("resource") != resource) or (name and ref.get("name") != name):
                 continue
             agent = str(event.get("userAgent", ""))
-            if event.get("verb") not in ("create", "update", "patch", "delete"):
-                continue
-            if not agent.startswith(AGENT_PREFIX):
+            if agent.startswith(AGENT_PREFIX):
+                replica = agent[len(AGENT_PREFIX) :].rstrip(")")
+            elif username and event.get("user", {}).get("username") == username:
+                replica = "?"
+            else:
                 continue
             code = int(event.get("responseStatus", {}).get("code", 0))
             stamp = dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
             if stamp.timestamp() >= since and 200 <= code < 300:
-                replica = agent[len(AGENT_PREFIX) :].rstrip(")")
                 out.append(Write(stamp.timestamp(), replica, event["verb"], code))
     return sorted(out, key=lambda w: w.at)
 

@@ -104,7 +104,7 @@ def _lease(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
 
 
 def _writes(cluster: LocalCluster, namespace: str, since: float) -> list[Write]:
-    return audit_writes(cluster.audit_log, namespace, "configmaps", PROBE, since)
+    return audit_writes(cluster.audit_log, namespace, "configmaps", PROBE, since=since)
 
 
 def _writes_of(cluster: LocalCluster, namespace: str, since: float, who: str) -> list[Write]:
