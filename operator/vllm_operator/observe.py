@@ -60,7 +60,11 @@ def observe(writer: Writer, svc: Service) -> Observed:
         monitoring_crds=writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),
         runs=runs,
         jobs=jobs,
-        written_generation=written_generation(deployment, writer.generation_annotation),
+        # (a Deployment of an earlier service of the same name, not yet collected, is not
+        # this one's: its generations count for nothing here)
+        written_generation=written_generation(deployment, writer.generation_annotation)
+        if deployment is not None and _owned(deployment, svc)
+        else 0,
         pods=pods,
     )
 

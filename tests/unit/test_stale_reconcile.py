@@ -150,3 +150,18 @@ def test_a_child_of_a_newer_generation_is_not_pruned_by_a_stale_read() -> None:
     stale["status"] = api.objects[SVC_PATH].get("status", {})
     reconcile(stale, api, SETTINGS)
     assert hpa in api.objects
+
+
+def test_a_deployment_of_an_earlier_service_of_the_same_name_is_not_a_newer_generation() -> None:
+    """Deleted and created again: the old service's Deployment, not yet collected, carries
+    generation 7 - but it is not this service's, so this reconcile is not stale."""
+    api = FakeApi(SETTINGS)
+    api.put(SVC_PATH, body("minimal", generation=1))
+    reconcile(copy.deepcopy(api.objects[SVC_PATH]), api, SETTINGS)
+    dep = api.objects[DEP_PATH]
+    dep["metadata"]["annotations"][GENERATION] = "7"
+    dep["metadata"]["ownerReferences"][0]["uid"] = "uid-of-the-deleted-service"
+    outcome = reconcile(copy.deepcopy(api.objects[SVC_PATH]), api, SETTINGS)
+    assert not outcome.stale
+    assert api.objects[DEP_PATH]["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert api.objects[DEP_PATH]["metadata"]["annotations"][GENERATION] == "1"
