@@ -1,11 +1,12 @@
 """The operator's own Prometheus metrics: the benchmark figures of every recorded run per
-service and revision (so dashboards can show performance by rollout), and reconcile counts."""
+service and revision (so dashboards can show performance by rollout), reconcile counts and
+durations, the work queue's depth, and the API requests the operator makes by verb."""
 
 from __future__ import annotations
 
 import contextlib
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from vllm_operator.gates import FAILED, PASSED, Run
 
@@ -59,6 +60,28 @@ AUTOSCALER_SCALING_ACTIVE = Gauge(
 )
 RECONCILES = Counter("vllm_operator_reconciles", "Reconciles by result", ("result",))
 WRITES = Counter("vllm_operator_api_writes", "Writes to the Kubernetes API")
+RECONCILE_DURATION = Histogram(
+    "vllm_operator_reconcile_duration_seconds",
+    "Wall time of one reconcile of one service (the fresh read of the service to the status)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+WORKQUEUE_DEPTH = Gauge(
+    "vllm_operator_workqueue_depth",
+    "Services waiting for a worker now (not counting delayed resyncs and back-offs)",
+)
+WORKQUEUE_RETRIES = Counter(
+    "vllm_operator_workqueue_retries", "Reconciles re-queued with back-off after a failure"
+)
+API_REQUESTS = Counter(
+    "vllm_operator_api_requests",
+    "Requests to the Kubernetes API by verb (get, list, watch, create, patch, delete)",
+    ("verb",),
+)
+WATCH_EVENTS = Counter(
+    "vllm_operator_watch_events",
+    "Events the operator's child watches received, by kind (server-side label-selected)",
+    ("kind",),
+)
 
 _published: dict[tuple[str, str], set[str]] = {}
 

@@ -392,3 +392,39 @@ def test_liveness_endpoint(operator: OperatorProcess) -> None:
         f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5
     ) as r:
         assert r.status == 200
+
+
+def _scrape(operator: OperatorProcess) -> dict[str, float]:
+    """The operator's /metrics as {"name{labels}": value}."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5
+    ) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_operator_metrics_queue_duration_and_requests_by_verb(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str
+) -> None:
+    before = _scrape(operator)
+    apply(cluster, namespace, sample("minimal"))
+    wait_ready(cluster, namespace, "minimal")
+    after = _scrape(operator)
+
+    def grew(key: str) -> float:
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert grew("vllm_operator_reconcile_duration_seconds_count") >= 1
+    assert "vllm_operator_workqueue_depth" in after
+    # the children were written (server-side apply), the service read fresh, the status set
+    assert grew('vllm_operator_api_requests_total{verb="patch"}') >= 3
+    assert grew('vllm_operator_api_requests_total{verb="get"}') >= 1
+    # the child watches listed once and watch (not counted again per reconcile)
+    assert after.get('vllm_operator_api_requests_total{verb="list"}', 0) >= 1
+    assert after.get('vllm_operator_api_requests_total{verb="watch"}', 0) >= 1
+    assert after.get('vllm_operator_watch_events_total{kind="Deployment"}', 0) >= 1
