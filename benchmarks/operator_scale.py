@@ -51,6 +51,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,14 @@ GROUP, VERSION, PLURAL = "serving.vllm-operator.dev", "v1alpha1", "vllmservices"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 READ_VERBS = ("get", "list", "watch")
+# replicas coordinating (kopf peering keep-alives, a leader's Lease renewals): writes by
+# design, once per renewal whatever the fleet, so counted apart from writes to services
+COORDINATION = (
+    "kopf.dev/clusterkopfpeerings",
+    "kopf.dev/kopfpeerings",
+    "coordination.k8s.io/leases",
+)
+RECONCILES_METRIC = "vllm_operator_reconciles_total"
 STATE_DIR = REPO_ROOT / ".state" / "bench-operator-scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -146,9 +155,12 @@ class AuditTail:
         self.poll()
         return [r for r in self.requests if since <= r.t < until]
 
-    def last_write(self) -> float | None:
+    def last_write(self, exclude: tuple[str, ...] = ()) -> float | None:
         self.poll()
-        return max((r.t for r in self.requests if r.verb in WRITE_VERBS), default=None)
+        return max(
+            (r.t for r in self.requests if r.verb in WRITE_VERBS and r.resource not in exclude),
+            default=None,
+        )
 
 
 class ReadyWatcher:
@@ -156,6 +168,7 @@ class ReadyWatcher:
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.ready_at: dict[str, float] = {}
+        self.ready_wall: dict[str, float] = {}
         self._api = client.CustomObjectsApi(api)
         self._namespace = namespace
         self._stop = threading.Event()
@@ -181,6 +194,7 @@ class ReadyWatcher:
                     name = obj["metadata"]["name"]
                     if conds.get("Ready") == "True" and name not in self.ready_at:
                         self.ready_at[name] = time.monotonic()
+                        self.ready_wall[name] = time.time()
                     if self._stop.is_set():
                         w.stop()  # type: ignore[no-untyped-call]
 
@@ -376,6 +390,22 @@ def create_unrelated(cluster: LocalCluster, configmaps: int, deployments: int) -
     return spaces
 
 
+def create_services(cluster: LocalCluster, namespace: str, names: list[str]) -> dict[str, float]:
+    """Creates the services at once (8 requests in flight, as admin); returns when each
+    create call returned (wall clock)."""
+    api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(cluster.kubeconfig)
+    )
+    objects = client.CustomObjectsApi(api)
+
+    def create(name: str) -> tuple[str, float]:
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest(name))
+        return name, time.time()
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(pool.map(create, names))
+
+
 def operator_tree(rev: str) -> tuple[Path, str]:
     """The operator's code, CRDs and RBAC as of `rev`, extracted into a temporary folder."""
     sha = subprocess.run(
@@ -423,15 +453,44 @@ class Bench:
         assert self.op.pid is not None
         return self.op.pid
 
-    def settle(self, quiet: float, limit: float) -> float | None:
-        """Waits until the operator wrote nothing for `quiet` s (at most `limit` s); returns
-        the time of its last write (None: it never wrote)."""
-        deadline = time.time() + limit
+    def reconciles(self) -> float | None:
+        """The operator's own count of reconciles so far (None when it does not export it)."""
+        counts = [
+            v for k, v in scrape(self.op.metrics_port).items() if k.startswith(RECONCILES_METRIC)
+        ]
+        return sum(counts) if counts else None
+
+    def settle(self, quiet: float, limit: float) -> dict[str, Any]:
+        """Waits until the operator wrote nothing for `quiet` s and, when it counts its
+        reconciles, runs them no faster than its resync does (1.5 x services / interval over
+        `quiet` s): the backlog of child events is drained. At most `limit` s."""
+        start = time.time()
+        deadline = start + limit
+        steady = 1.5 * self.services_total / self.resync
+        rate = None
         while True:
-            last = self.audit.last_write()
-            if last is None or time.time() - last >= quiet or time.time() > deadline:
-                return last
-            time.sleep(2)
+            last = self.audit.last_write(exclude=COORDINATION)
+            now = time.time()
+            if now > deadline:
+                break
+            if last is not None and now - last < quiet:
+                time.sleep(2)
+                continue
+            r0 = self.reconciles()
+            if r0 is None:
+                break
+            time.sleep(quiet)
+            r1 = self.reconciles() or r0
+            rate = (r1 - r0) / quiet
+            if rate <= steady:
+                break
+        return {
+            "last_write": last,
+            "settle_seconds": round(time.time() - start, 1),
+            "settled": time.time() <= deadline,
+            "reconciles_per_second_at_end": round(rate, 2) if rate is not None else None,
+            "steady_reconciles_per_second": round(steady, 2),
+        }
 
     def noop_window(self) -> dict[str, Any]:
         """One or more resync intervals with nothing changing, measured from outside."""
@@ -444,11 +503,12 @@ class Bench:
         time.sleep(2)  # the audit log's last lines
         reqs = self.audit.between(t0, t1)
         verbs = by_verb(reqs)
-        writes = sum(n for v, n in verbs.items() if v in WRITE_VERBS)
+        writes = sum(1 for r in reqs if r.verb in WRITE_VERBS and r.resource not in COORDINATION)
+        coordination = sum(1 for r in reqs if r.verb in WRITE_VERBS and r.resource in COORDINATION)
         reads = sum(n for v, n in verbs.items() if v in READ_VERBS)
         n, p = max(self.services_total, 1), self.periods
         metrics = metric_delta(m0, m1)
-        reconciles = sum(v for k, v in metrics.items() if k.startswith("vllm_operator_reconciles"))
+        reconciles = sum(v for k, v in metrics.items() if k.startswith(RECONCILES_METRIC))
         api_by_verb = {
             k.split("verb=", 1)[1].split(",")[0].rstrip("}"): v
             for k, v in metrics.items()
@@ -461,6 +521,7 @@ class Bench:
             "operator_cpu_ms_per_service_per_resync": round((cpu1 - cpu0) / p / n * 1000, 3),
             "operator_mib_read_per_resync": round((io1 - io0) / p / 2**20, 2),
             "api_writes_per_resync": round(writes / p, 2),
+            "coordination_writes_per_resync": round(coordination / p, 2),
             "api_reads_per_resync": round(reads / p, 2),
             "api_reads_per_service_per_resync": round(reads / p / n, 3),
             "audit_by_verb": verbs,
@@ -479,16 +540,17 @@ class Bench:
         self.cluster.kubectl("create", "namespace", ns)
         watcher = ReadyWatcher(self.api, ns)
         names = [f"svc-{i:04d}" for i in range(size)]
-        doc = {"apiVersion": "v1", "kind": "List", "items": [manifest(n) for n in names]}
         load0 = loadavg()
         wall0, t0 = time.time(), time.monotonic()
-        self.cluster.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(doc), timeout=900)
+        created = create_services(self.cluster, ns, names)
         applied = time.monotonic() - t0
         self.services_total += size
         missing = watcher.wait(names, timeout)
         watcher.stop()
         ready = [watcher.ready_at[n] - t0 for n in names if n in watcher.ready_at]
-        last = self.settle(quiet=max(20.0, self.resync / 3), limit=600)
+        own = [watcher.ready_wall[n] - created[n] for n in names if n in watcher.ready_at]
+        settle = self.settle(quiet=20.0, limit=300)
+        last = settle.pop("last_write")
         result: dict[str, Any] = {
             "batch": size,
             "services_total": self.services_total,
@@ -501,7 +563,14 @@ class Bench:
                 "not_ready_after_timeout": len(missing),
                 "timeout_seconds": timeout,
             },
+            # from each service's own create call returning, not from the batch's start
+            "ready_after_own_create_seconds": {
+                "p50": round(pct(own, 50), 2) if own else None,
+                "p95": round(pct(own, 95), 2) if own else None,
+                "max": round(max(own), 2) if own else None,
+            },
             "converged_seconds": round(last - wall0, 1) if last else None,
+            "settle": settle,
             "operator_rss_mib_converged": rss_mib(self.pid),
         }
         print(f"# batch {size}: {json.dumps(result)}", flush=True)
@@ -514,7 +583,7 @@ def table(results: dict[str, Any]) -> str:
     head = (
         f"{'services':>8} {'batch':>6} {'p50 s':>7} {'p95 s':>7} {'max s':>7} {'conv s':>7} "
         f"{'RSS MiB':>8} {'CPU s/rs':>8} {'wr/rs':>6} {'rd/svc/rs':>9} {'MiB rd/rs':>9} "
-        f"{'load1':>6}"
+        f"{'load1':>6} settled"
     )
     lines = [head]
     for s in results.get("ladder", []):
@@ -524,7 +593,7 @@ def table(results: dict[str, Any]) -> str:
             f"{r['max']!s:>7} {s['converged_seconds']!s:>7} {s['operator_rss_mib_after_noop']:>8} "
             f"{n['operator_cpu_seconds_per_resync']:>8} {n['api_writes_per_resync']:>6} "
             f"{n['api_reads_per_service_per_resync']:>9} {n['operator_mib_read_per_resync']:>9} "
-            f"{n['loadavg'][0]:>6}"
+            f"{n['loadavg'][0]:>6} {s['settle']['settled']}"
         )
     return "\n".join(lines)
 
