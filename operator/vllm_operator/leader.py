@@ -19,8 +19,10 @@ Why two replicas never write at the same time (the fencing argument):
   are never compared, so clock skew between nodes does not matter; only clock *rates* do.
 - So with `lease_duration > renew_deadline + max request time + rate margin`, the old holder
   has stopped starting writes, and its last write has ended, before the new holder's first
-  write. `fence()` returns the seconds left in the window, so the writer can bound a write's
-  request timeout by it (the "max request time" then is at most the window itself).
+  write. `fence()` returns the seconds left in the window, so the writer bounds a write's
+  request timeout by it (kube.Kube does; the "max request time" then is the window itself),
+  and the elector turns off urllib3's own retries on the writer's client: a request urllib3
+  sent again would not pass the fence again.
 - Acquire and renew are updates carrying the Lease's resourceVersion (optimistic
   concurrency): two standbys racing for an expired Lease cannot both win; the loser gets 409.
 - A holder that sees another holder in the Lease stops at once. A graceful stop closes the
@@ -38,6 +40,7 @@ re-applies what a leader would render anyway, and the new leader's next reconcil
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import enum
 import json
@@ -224,6 +227,13 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = transport.api if isinstance(transport, Kube) else transport
+        _no_resend(self.api)
+        # the Lease's own connections: never queued behind the workers' requests, and no
+        # urllib3 retries (3 by default): one attempt per round, bounded by its timeout, so
+        # a round ends (and notices a passed deadline) when the API server is unreachable
+        lease_config = copy.deepcopy(self.api.configuration)
+        lease_config.retries = False
+        self._lease_api = client.ApiClient(lease_config)
         self.timing = Timing.of(settings)
         self.identity = identity or default_identity()
         self.name = settings.lease_name
@@ -237,7 +247,9 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
         # every request of this replica (reads, writes, the Lease) names it: the API server's
         # audit log then tells the replicas' writes apart even under one ServiceAccount
-        self.api.user_agent = f"vllm-operator ({self.identity})"
+        self.api.user_agent = self._lease_api.user_agent = f"vllm-operator ({self.identity})"
+        self._notify_lock = threading.Lock()
+        self._watchdog: threading.Timer | None = None
 
     # ---- the fence -------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -269,6 +281,8 @@ class LeaderElector:
         """Closes the fence, stops the loop and releases the Lease if it is ours. Call it after
         the workers have stopped: a standby takes a released Lease at once."""
         self._stopping.set()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         if self._thread is not None:
             self._thread.join(timeout)
         self._notify()
@@ -311,8 +325,18 @@ class LeaderElector:
                         new.transitions,
                     )
                 self._memory = written(self._memory, new, sent_at)
+                self._arm_watchdog()
         self._notify()
         return action
+
+    def _arm_watchdog(self) -> None:
+        """The callbacks hear of a passed deadline when it passes, even while a round is stuck
+        on a request (the fence itself needs no thread: it compares clocks)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = threading.Timer(max(self.remaining(), 0) + 0.01, self._notify)
+        self._watchdog.daemon = True
+        self._watchdog.start()
 
     def _request_timeout(self) -> float:
         # a stuck request must not hold the loop past the next round, and a holder's renewal
@@ -320,6 +344,10 @@ class LeaderElector:
         return max(1.0, min(self.timing.retry_period * 2, self.timing.renew_deadline / 2))
 
     def _notify(self) -> None:
+        with self._notify_lock:  # the loop and the watchdog: each transition told once
+            self._notify_locked()
+
+    def _notify_locked(self) -> None:
         leading = self.is_leader()
         if leading == self._leading:
             return
@@ -377,20 +405,31 @@ class LeaderElector:
 
     def _call(self, method: str, suffix: str, body: object, timeout: float) -> dict[str, Any]:
         path = LEASES.format(namespace=self.namespace) + suffix
-        method, url, headers, payload, _ = self.api.param_serialize(
+        method, url, headers, payload, _ = self._lease_api.param_serialize(
             method=method,
             resource_path=path,
             header_params={"Accept": "application/json", "Content-Type": "application/json"},
             body=body,
             auth_settings=["BearerToken"],
         )
-        resp = self.api.call_api(
+        resp = self._lease_api.call_api(
             method, url, header_params=headers, body=payload, _request_timeout=timeout
         )
         data = resp.read()  # type: ignore[no-untyped-call]
         if not 200 <= resp.status <= 299:
             raise ApiException(status=resp.status, reason=resp.reason, body=data.decode())
         return dict(json.loads(data))
+
+
+def _no_resend(api: client.ApiClient) -> None:
+    """One attempt per request on the writer's client. urllib3 retries 3 times by default: a
+    request whose connection failed (any method) or whose answer did not come (PUT, DELETE)
+    is sent again, without passing the fence again, possibly after the deadline. The
+    reconcile retries the whole step instead, through the fence."""
+    api.configuration.retries = False
+    manager = api.rest_client.pool_manager
+    manager.connection_pool_kw["retries"] = False
+    manager.clear()  # pools made before keep their retries: drop them (idle at start-up)
 
 
 def _short(exc: BaseException) -> str:
