@@ -93,6 +93,8 @@ class OperatorProcess:
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
+            # what the downward API gives the pod: the namespace of its leader-election Lease
+            "POD_NAMESPACE": OPERATOR_NAMESPACE,
             "VLLM_OPERATOR_RESYNC_SECONDS": str(self.resync_seconds),
             "VLLM_OPERATOR_LIVENESS_ENDPOINT": f"http://127.0.0.1:{self.liveness_port}/healthz",
             "VLLM_OPERATOR_WATCH_TIMEOUT_SECONDS": "60",

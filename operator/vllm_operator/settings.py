@@ -6,7 +6,7 @@ Handed to handlers through kopf's memo; renderers receive them as an argument.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -102,6 +102,14 @@ class OperatorSettings(BaseSettings):
     )
     # kopf's watch requests are restarted after this many seconds; short in tests
     watch_timeout_seconds: int = 300
+    # Pod Security of the vLLM pods (render/deployment.py): "restricted" runs them as a
+    # non-root user with a writable HOME volume; "baseline" keeps the image's own user
+    vllm_pod_security: Literal["restricted", "baseline"] = Field(
+        default="restricted",
+        description='Pod Security level the vLLM pods meet: "restricted" (non-root user '
+        '65532, HOME on an emptyDir) or "baseline" (the image\'s own user, for images that '
+        "need root).",
+    )
 
     @field_validator("namespaces", mode="before")
     @classmethod

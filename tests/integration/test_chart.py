@@ -206,7 +206,12 @@ class ChartOperator:
         pod = deployment["spec"]["template"]["spec"]
         self.namespace = deployment["metadata"]["namespace"]
         self.account = pod["serviceAccountName"]
-        self.env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+        # values, and the downward API's namespace as the pod would see it
+        self.env = {e["name"]: e.get("value", self.namespace) for e in pod["containers"][0]["env"]}
+        assert all(
+            "value" in e or e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+            for e in pod["containers"][0]["env"]
+        )
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
 

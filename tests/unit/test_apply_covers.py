@@ -41,7 +41,7 @@ def as_the_api_server_returns_it(desired: dict[str, Any]) -> dict[str, Any]:
         schedulerName="default-scheduler",
         serviceAccountName="default",
     )
-    pod["securityContext"]["runAsNonRoot"] = False
+    pod["securityContext"]["supplementalGroupsPolicy"] = "Merge"  # a default it adds
     pod["volumes"][1]["emptyDir"]["medium"] = ""  # hypothetical default inside a nested dict
     (ctr,) = pod["containers"]
     ctr.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File")

@@ -50,6 +50,9 @@ def test_helm_unittest_suites() -> None:
         ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"rbac": {"watchNamespaces": ["Not_A_Namespace"]}}, "watchNamespaces"),
         ({"metrics": {"port": 70000}}, "port"),
+        ({"settings": {"vllmPodSecurity": "privileged"}}, "vllmPodSecurity"),
+        ({"rbac": {"watchNamespaces": ["a", "a"]}}, "watchNamespaces"),
+        ({"settings": {"leaseName": "Not A Name"}}, "leaseName"),
     ],
 )
 def test_the_schema_rejects_wrong_types_and_unknown_keys(
@@ -69,22 +72,28 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
     derived = {re.sub(r"_(\w)", lambda m: m[1].upper(), f) for f in DERIVED}
     assert camel == exposed | derived, (camel - exposed - derived, exposed - camel)
     # and every one set reaches the container as the variable pydantic-settings reads
-    probe: dict[str, Any] = {
+    typed: dict[str, Any] = {
         "resyncSeconds": 7.5,
         "priority": 3,
-        "monitoringLabels": {"release": "prom"},
-        **{
-            k: "x"
-            for k, v in values["settings"].items()
-            if v is None
-            and k not in {"resyncSeconds", "priority", "watchTimeoutSeconds", "scrapeInterval"}
-        },
         "watchTimeoutSeconds": 9,
         "scrapeInterval": "30s",
+        "leaseDurationSeconds": 20,
+        "renewDeadlineSeconds": 12,
+        "retryPeriodSeconds": 3,
+        "vllmPodSecurity": "baseline",
+    }
+    probe: dict[str, Any] = {
+        "monitoringLabels": {"release": "prom"},
+        **{k: "x" for k, v in values["settings"].items() if v is None and k not in typed},
+        **typed,
     }
     values_set = {"settings": probe, "rbac": {"watchNamespaces": ["team-a", "team-b"]}}
     dep = find(template(values_set), "Deployment")
-    env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e["value"]
+        for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "value" in e
+    }
     prefix = OperatorSettings.model_config.get("env_prefix", "")
     names = {f"{prefix}{f.upper()}" for f in OperatorSettings.model_fields if f not in LEGACY}
     assert names <= set(env), names - set(env)
@@ -95,6 +104,9 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
     assert settings.monitoring_labels == {"release": "prom"}
     assert settings.watched_namespaces() == ("team-a", "team-b")
     assert settings.metrics_port == 8081
+    assert settings.lease_duration_seconds == 20
+    assert settings.leader_election is True
+    assert settings.vllm_pod_security == "baseline"
 
 
 def test_every_values_key_is_documented() -> None:
@@ -141,13 +153,19 @@ def test_the_chart_crd_is_the_generated_crd_plus_the_keep_policy() -> None:
 
 
 def test_the_default_render_matches_the_plain_manifests() -> None:
-    """The chart and deploy/ grant the same permissions (cluster-wide mode)."""
+    """The chart and deploy/ grant the same permissions (cluster-wide mode, leader election):
+    the ClusterRole, and the leader-election Role in the operator's namespace."""
+    plain = list(yaml.safe_load_all((REPO_ROOT / "deploy" / "rbac.yaml").read_text()))
     docs = template()
-    role = find(docs, "ClusterRole")
-    plain = next(
-        d
-        for d in yaml.safe_load_all((REPO_ROOT / "deploy" / "rbac.yaml").read_text())
-        if d["kind"] == "ClusterRole"
-    )
     key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
-    assert sorted(map(key, role["rules"])) == sorted(map(key, plain["rules"]))
+    plain_role = next(d for d in plain if d["kind"] == "ClusterRole")
+    assert sorted(map(key, find(docs, "ClusterRole")["rules"])) == sorted(
+        map(key, plain_role["rules"])
+    )
+    plain_lease = next(d for d in plain if d["kind"] == "Role")
+    chart_lease = find(docs, "Role", "vllm-operator-leader-election")
+    assert plain_lease["rules"] == chart_lease["rules"]
+    assert plain_lease["metadata"] == {
+        "name": "vllm-operator-leader-election",
+        "namespace": "vllm-operator-system",
+    }

@@ -137,7 +137,10 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                             "--enable-prefix-caching",
                         ],
                         "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
-                        "env": [{"name": "HF_HOME", "value": "/root/.cache/huggingface"}],
+                        "env": [
+                            {"name": "HOME", "value": "/root"},
+                            {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
+                        ],
                         "resources": {
                             "requests": {"nvidia.com/gpu": "1"},
                             "limits": {"nvidia.com/gpu": "1"},
@@ -145,6 +148,7 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},
                             {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
+                            {"name": "home", "mountPath": "/root"},
                         ],
                         # 1800 s startup budget / 10 s period
                         "startupProbe": _probe(180),
@@ -160,10 +164,19 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                 "volumes": [
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
                     {"name": "model-cache", "emptyDir": {}},
+                    {"name": "home", "emptyDir": {}},
                 ],
                 "terminationGracePeriodSeconds": 120,
                 "enableServiceLinks": False,
-                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                # Pod Security "restricted"
+                "securityContext": {
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "runAsGroup": 65532,
+                    "fsGroup": 65532,
+                    "fsGroupChangePolicy": "OnRootMismatch",
+                },
                 "tolerations": [
                     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
                 ],
@@ -396,6 +409,7 @@ def test_llama3_token_comes_from_the_secret_only() -> None:
     svc = service("llama3-8b")
     dep = render_deployment(svc, SETTINGS)
     assert container(dep)["env"] == [
+        {"name": "HOME", "value": "/root"},
         {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}},
     ]
@@ -481,10 +495,12 @@ def test_model_cache_pvc() -> None:
     assert pod_spec(dep)["volumes"] == [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
+        {"name": "home", "emptyDir": {}},
     ]
     assert container(dep)["volumeMounts"] == [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
+        {"name": "home", "mountPath": "/root"},
     ]
     assert env_by_name(dep)["HF_HOME"] == {"name": "HF_HOME", "value": "/root/.cache/huggingface"}
 
@@ -500,10 +516,16 @@ def test_model_cache_empty_dir_with_limit_and_path() -> None:
 def test_model_cache_none() -> None:
     dep = render_deployment(service("minimal", {"modelCache": {"type": "None"}}), SETTINGS)
     assert pod_spec(dep)["volumes"] == [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+        {"name": "home", "emptyDir": {}},
     ]
-    assert container(dep)["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
-    assert "HF_HOME" not in env_by_name(dep)
+    assert container(dep)["volumeMounts"] == [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "home", "mountPath": "/root"},
+    ]
+    assert container(dep)["env"] == [{"name": "HOME", "value": "/root"}]
+    baseline = OperatorSettings(vllm_pod_security="baseline")
+    dep = render_deployment(service("minimal", {"modelCache": {"type": "None"}}), baseline)
     assert "env" not in container(dep)  # an empty env list is left out
 
 
@@ -522,6 +544,7 @@ def test_user_env_after_operator_env() -> None:
     ]
     svc = service("minimal", {"env": env, "apiKey": {"name": "api", "key": "k"}})
     assert container(render_deployment(svc, SETTINGS))["env"] == [
+        {"name": "HOME", "value": "/root"},
         {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
         {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "k"}}},
         {"name": "A", "value": "1"},
@@ -887,10 +910,11 @@ def test_tiny_cpu_container_exactly() -> None:
         "--enforce-eager",
     ]
     assert c["env"] == [
+        {"name": "HOME", "value": "/root"},
         {
             "name": "VLLM_HOST_IP",
             "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
-        }
+        },
     ]
     # Guaranteed QoS, no GPU
     assert c["resources"] == {
@@ -900,6 +924,7 @@ def test_tiny_cpu_container_exactly() -> None:
     assert c["volumeMounts"] == [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "model", "mountPath": "/models", "readOnly": True},
+        {"name": "home", "mountPath": "/root"},
     ]
 
 
@@ -910,6 +935,7 @@ def test_tiny_cpu_pod_has_no_gpu_scheduling() -> None:
     assert ps["volumes"] == [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
         {"name": "model", "persistentVolumeClaim": {"claimName": "tiny-model", "readOnly": True}},
+        {"name": "home", "emptyDir": {}},
     ]
 
 

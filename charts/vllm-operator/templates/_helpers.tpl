@@ -48,6 +48,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
+{{/* "true" when the replicas use kopf peering: neither leader election nor standalone. */}}
+{{- define "vllm-operator.peering" -}}
+{{- if not (or .Values.settings.leaderElection .Values.settings.standalone) }}true{{ end }}
+{{- end }}
+
 {{/* The operator's environment: VLLM_OPERATOR_<SETTING> for every non-null setting. */}}
 {{- define "vllm-operator.env" -}}
 {{- range $key, $value := .Values.settings }}
@@ -61,6 +66,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - name: VLLM_OPERATOR_NAMESPACES
   value: {{ join "," . | quote }}
 {{- end }}
+# the pod's namespace (leader election's Lease lives there unless settings.leaseNamespace)
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
 - name: VLLM_OPERATOR_LIVENESS_ENDPOINT
   value: {{ printf "http://0.0.0.0:%d/healthz" (int .Values.healthPort) | quote }}
 - name: VLLM_OPERATOR_METRICS_PORT
@@ -71,54 +81,66 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{/* The operator's permissions in a namespace it serves: exactly the requests it makes
-(operator/vllm_operator/kube.py, apply.py, benchmarking.py, observe.py and kopf's watches);
-tests/integration/test_least_privilege.py runs it under these rules and finds no refusal. */}}
+(operator/vllm_operator/kube.py, apply.py, benchmarking.py, observe.py, informer.py and kopf's
+watch); tests/integration/test_least_privilege.py runs it under these rules and finds no
+refusal, and every grant used. */}}
 {{- define "vllm-operator.rules" -}}
-# the API it serves: kopf lists and watches it and patches its bookkeeping annotations; each
-# reconcile reads the service and replaces its status
+# the API it serves: watched (kopf), read fresh before each reconcile, its status replaced;
+# patch: kopf removes a finalizer an older version of the operator left behind
 - apiGroups: [serving.vllm-operator.dev]
   resources: [vllmservices]
   verbs: [get, list, watch, patch]
 - apiGroups: [serving.vllm-operator.dev]
   resources: [vllmservices/status]
   verbs: [patch]
-# the children it renders: read before writing (no write when nothing changed), written by
-# server-side apply (patch; create when the object does not exist yet); never deleted (the
-# garbage collector does that through owner references)
+# children carry blockOwnerDeletion; clusters with the OwnerReferencesPermissionEnforcement
+# admission plugin (OpenShift) let only those who may update the owner's finalizers set it
+- apiGroups: [serving.vllm-operator.dev]
+  resources: [vllmservices/finalizers]
+  verbs: [update]
+# the children it renders: watched with the server-side selector managed-by=vllm-operator
+# (a change wakes the owning service; reads come from that cache), read before writing (no
+# write when nothing changed), written by server-side apply (patch; `create` too when the
+# object does not exist yet); Deployments and Services are never deleted (the garbage
+# collector does that through owner references)
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
-  resources: [services, serviceaccounts]
-  verbs: [get, create, patch]
-# children that come and go with the spec: also listed and pruned (autoscaling off, one
-# replica, the Prometheus Operator's kinds only where its CRDs are served)
+  resources: [services]
+  verbs: [get, list, watch, create, patch]
+# children that come and go with the spec: also pruned (autoscaling off, one replica)
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
+# the Prometheus Operator's kinds, only where its CRDs are served (not watched)
 - apiGroups: [monitoring.coreos.com]
   resources: [prometheusrules, podmonitors]
   verbs: [get, list, create, patch, delete]
-# the benchmark of each rollout: the Job and the run's ConfigMaps (watched: a finished run
-# wakes the operator; superseded runs and pruned history are deleted)
+# the benchmark of each rollout: the Job and the run's ConfigMaps (a finished run wakes the
+# operator; superseded runs and pruned history are deleted)
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
-# the Job's own Role (get/patch of its one ConfigMap; the API server lets the operator grant
-# only what it holds itself, so no bind or escalate) and its RoleBinding
+# the Job's own ServiceAccount, its Role (get/patch of its one ConfigMap: the API server lets
+# the operator grant only what it holds itself, so no bind or escalate) and RoleBinding
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, patch]
-# observe: why a replica is not up (unschedulable, crash loop, image pull)
+# observe: why a replica is not up (unschedulable, crash loop, image pull); the benchmark's
+# target pod
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
+  verbs: [list, watch]
 # Events on the VLLMService, one per condition transition
 - apiGroups: [""]
   resources: [events]

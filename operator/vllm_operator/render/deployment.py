@@ -18,6 +18,15 @@ CONTAINER = "vllm"
 # after it was switched off: the spec.replicas that count is held against (decide_replicas)
 REPLICAS_HELD_ANNOTATION = f"{GROUP}/replicas-held-for"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Pod Security "restricted" (settings.vllm_pod_security): any non-root uid works, since
+# nothing vLLM writes needs the image's user; 65532 is images/vllm-cpu's own user. vLLM,
+# Triton, FlashInfer and torch.compile write their caches under $HOME, and the default HF
+# cache (modelCache.mountPath) is /root/.cache/huggingface, but /root is root's 0700 home in
+# the vLLM images: an emptyDir over /root (world-writable) is HOME instead, so both work for
+# any uid. fsGroup makes a PVC model cache written by an earlier root pod writable
+# (OnRootMismatch: one chown when its group differs, not one walk of a large cache per start).
+NON_ROOT_ID = 65532
+HOME_DIR = "/root"
 
 
 def server_args(spec: VLLMServiceSpec) -> list[str]:
@@ -202,9 +211,41 @@ def image(spec: VLLMServiceSpec, settings: OperatorSettings) -> str:
     return settings.cpu_image if spec.resources.on_cpu else settings.gpu_image
 
 
+def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
+    """The pod's securityContext: Pod Security "restricted" or "baseline" (the container adds
+    allowPrivilegeEscalation: false and drops every capability in both)."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if settings.vllm_pod_security == "restricted":
+        context.update(
+            runAsNonRoot=True,
+            runAsUser=NON_ROOT_ID,
+            runAsGroup=NON_ROOT_ID,
+            fsGroup=NON_ROOT_ID,
+            fsGroupChangePolicy="OnRootMismatch",
+        )
+    return context
+
+
+def _home(
+    spec: VLLMServiceSpec, settings: OperatorSettings
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts, env) of a writable HOME for the non-root user; none in "baseline",
+    and no HOME variable when spec.env sets one (the user's wins)."""
+    if settings.vllm_pod_security != "restricted":
+        return [], [], []
+    env = [] if any(v.name == "HOME" for v in spec.env) else [{"name": "HOME", "value": HOME_DIR}]
+    return (
+        [{"name": "home", "emptyDir": {}}],
+        [{"name": "home", "mountPath": HOME_DIR}],
+        env,
+    )
+
+
 def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
     spec = svc.spec
     volumes, mounts = _volumes(spec)
+    home_volumes, home_mounts, home_env = _home(spec, settings)
+    volumes, mounts = volumes + home_volumes, mounts + home_mounts
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image(spec, settings),
@@ -213,7 +254,7 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
         "args": server_args(spec),
         "ports": [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}],
-        "env": _env(spec),
+        "env": home_env + _env(spec),
         "resources": _resources(spec),
         "volumeMounts": mounts,
         "startupProbe": _probe(
@@ -249,7 +290,7 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
             "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
             # a Service named like "vllm" would inject VLLM_PORT=tcp://..., which vLLM reads
             "enableServiceLinks": False,
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "securityContext": pod_security_context(settings),
             **_scheduling(spec),
         },
     }
