@@ -61,6 +61,11 @@ def main() -> int:
         "--url", help="an already running server serving 'tiny' (default: start one)"
     )
     parser.add_argument("--out", type=Path, help="write the result document here")
+    parser.add_argument(
+        "--vllm-without-trust-env",
+        action="store_true",
+        help="a third arm: `vllm bench serve` with its aiohttp session's trust_env off",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
@@ -72,6 +77,8 @@ def main() -> int:
                 "--rounds", str(args.rounds), "--work", str(work / "rounds"),
                 "--workload", f"{args.requests}x{args.input_tokens}x{args.output_tokens}",
             ]  # fmt: skip
+            if args.vllm_without_trust_env:
+                cmd.append("--vllm-without-trust-env")
             if args.out:
                 cmd += ["--out", str(args.out.resolve())]
             env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}

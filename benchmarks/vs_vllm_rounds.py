@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from vllm_bench.client import Budget, OpenAIClient, Request
 from vllm_bench.metrics import parse_metrics
 from vllm_bench.scenarios.base import (
@@ -72,6 +74,7 @@ from vllm_bench.scenarios.base import (
 from vllm_bench.stats import peak_overlap, percentile
 from vllm_bench.workload import SAMPLE_WORDS, PromptFactory
 
+NO_TRUST = "vllmNoTrustEnv"  # the third arm's key in a round
 SERVER_COUNTERS = {
     "promptTokens": "vllm:prompt_tokens",
     "generationTokens": "vllm:generation_tokens",
@@ -105,6 +108,26 @@ class Window:
 
 
 WINDOW = Window()
+
+
+class AiohttpTrustEnvSwitch:
+    """Stands in for the aiohttp module inside vllm.benchmarks.serve, which opens its session
+    with trust_env=True: then aiohttp (3.14) sends every request only after two thread-pool
+    round trips (a ~/.netrc lookup and the proxy environment). With `off` set, that session
+    gets trust_env=False (the runner's setting), the one difference of the third arm."""
+
+    off = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(aiohttp, name)
+
+    def ClientSession(self, *args: Any, **kwargs: Any) -> aiohttp.ClientSession:  # noqa: N802
+        if self.off:
+            kwargs["trust_env"] = False
+        return aiohttp.ClientSession(*args, **kwargs)
+
+
+TRUST_ENV = AiohttpTrustEnvSwitch()
 
 
 @dataclass(frozen=True)
@@ -150,6 +173,7 @@ def import_vllm_bench_serve() -> Upstream:
         return out
 
     serve.get_request = get_request
+    serve.aiohttp = TRUST_ENV
     serve.ASYNC_REQUEST_FUNCS["openai"] = request_func
     parser = FlexibleArgumentParser()
     serve.add_cli_args(parser)
@@ -170,9 +194,9 @@ class Workload:
 
 
 def vllm_tool(
-    up: Upstream, args: argparse.Namespace, w: Workload, dataset: Path, i: int
+    up: Upstream, args: argparse.Namespace, w: Workload, dataset: Path, i: int, *, trust_env: bool
 ) -> dict[str, Any]:
-    result_name = f"vllm-{w.tag}-{i}.json"
+    result_name = f"vllm-{w.tag}-{i}{'' if trust_env else '-no-trust-env'}.json"
     argv = [
         "--backend", "openai", "--endpoint", "/v1/completions", "--base-url", args.url,
         "--model", args.model, "--tokenizer", args.tokenizer,
@@ -184,8 +208,12 @@ def vllm_tool(
         "--save-result", "--result-dir", str(args.work), "--result-filename", result_name,
     ]  # fmt: skip
     WINDOW.reset()
+    TRUST_ENV.off = not trust_env
     gc.collect()
-    up.serve.main(up.parser.parse_args(argv))
+    try:
+        up.serve.main(up.parser.parse_args(argv))
+    finally:
+        TRUST_ENV.off = False
     doc = json.loads((args.work / result_name).read_text())
     if WINDOW.cpu0 is None or WINDOW.cpu1 is None or WINDOW.wall1 is None:
         raise SystemExit("vllm bench serve: the CPU window was not recorded (another version?)")
@@ -206,6 +234,7 @@ def vllm_tool(
         "clientCpuMsPerRequest": 1000 * cpu / w.requests,
         "clientCpuPerWallSecond": cpu / wall if wall > 0 else None,
         "argv": ["vllm", "bench", "serve", *argv],
+        "aiohttpTrustEnv": trust_env,
         "resultFile": result_name,
     }
 
@@ -315,15 +344,22 @@ def rounds(
         prompts = [factory.prompt(w.input_tokens) for _ in range(w.requests)]
         dataset = args.work / f"prompts-{w.tag}-{i}.json"
         sharegpt_file(dataset, prompts)
-        order = ("runner", "vllm") if i % 2 == 0 else ("vllm", "runner")
-        row: dict[str, Any] = {"round": i + 1, "order": list(order)}
         tools = {
             "runner": functools.partial(run_runner, args, w, prompts),
-            "vllm": functools.partial(vllm_tool, up, args, w, dataset, i),
+            "vllm": functools.partial(vllm_tool, up, args, w, dataset, i, trust_env=True),
         }
+        if args.vllm_without_trust_env:
+            tools[NO_TRUST] = functools.partial(vllm_tool, up, args, w, dataset, i, trust_env=False)
+        names = list(tools)
+        order = names[i % len(names) :] + names[: i % len(names)]  # each goes first in turn
+        row: dict[str, Any] = {"round": i + 1, "order": order}
         for tool in order:
             row[tool] = counted(args.url, args.model, tools[tool])
         row["ratio"] = row["runner"]["outputTokensPerSecond"] / row["vllm"]["outputTokensPerSecond"]
+        if NO_TRUST in row:
+            row["ratioNoTrustEnv"] = (
+                row["runner"]["outputTokensPerSecond"] / row[NO_TRUST]["outputTokensPerSecond"]
+            )
         rows.append(row)
         r, v = row["runner"], row["vllm"]
         print(
@@ -337,6 +373,14 @@ def rounds(
             f"server counted runner {r['server']}, vllm {v['server']}",
             flush=True,
         )
+        if NO_TRUST in row:
+            n = row[NO_TRUST]
+            print(
+                f"    vllm bench serve without trust_env {n['outputTokensPerSecond']:9.1f} tok/s, "
+                f"ratio runner/it {row['ratioNoTrustEnv']:.3f}, client CPU ms/request "
+                f"{n['clientCpuMsPerRequest']:.2f}",
+                flush=True,
+            )
 
     def median(tool: str, key: str) -> float:
         return float(statistics.median(row[tool][key] for row in rows))
@@ -352,6 +396,14 @@ def rounds(
         "runnerClientCpuPerWallSecond": median("runner", "clientCpuPerWallSecond"),
         "vllmClientCpuPerWallSecond": median("vllm", "clientCpuPerWallSecond"),
     }
+    if args.vllm_without_trust_env:
+        summary |= {
+            "vllmNoTrustEnvOutputTokensPerSecond": median(NO_TRUST, "outputTokensPerSecond"),
+            "ratioOfMediansNoTrustEnv": median("runner", "outputTokensPerSecond")
+            / median(NO_TRUST, "outputTokensPerSecond"),
+            "medianRatioNoTrustEnv": statistics.median(row["ratioNoTrustEnv"] for row in rows),
+            "vllmNoTrustEnvClientCpuMsPerRequest": median(NO_TRUST, "clientCpuMsPerRequest"),
+        }
     within = abs(summary["ratioOfMedians"] - 1) <= 0.05
     print(
         f"median output throughput: runner {summary['runnerOutputTokensPerSecond']:.1f} tok/s, "
@@ -361,6 +413,14 @@ def rounds(
         f"vllm bench serve {summary['vllmClientCpuMsPerRequest']:.2f} ms",
         flush=True,
     )
+    if args.vllm_without_trust_env:
+        print(
+            f"  vllm bench serve without trust_env: "
+            f"{summary['vllmNoTrustEnvOutputTokensPerSecond']:.1f} tok/s, ratio "
+            f"{summary['ratioOfMediansNoTrustEnv']:.3f}, client CPU per request "
+            f"{summary['vllmNoTrustEnvClientCpuMsPerRequest']:.2f} ms",
+            flush=True,
+        )
     return {
         "workload": {
             "requestsAtOnce": w.requests,
@@ -399,6 +459,11 @@ def main() -> int:
         action="append",
         help="REQUESTSxINPUTxOUTPUT: requests sent at once, tokens in and out of each; "
         "repeat for several (default 128x128x64)",
+    )
+    parser.add_argument(
+        "--vllm-without-trust-env",
+        action="store_true",
+        help="a third arm: `vllm bench serve` with its aiohttp session's trust_env off",
     )
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--work", type=Path, default=Path("vs-vllm"))

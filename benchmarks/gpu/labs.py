@@ -271,18 +271,22 @@ def lab2_512(work: Path) -> dict[str, Any]:
     return {"server": server, "runner": doc}
 
 
-def vs_upstream(work: Path, rounds: int = 8) -> Any:
+def vs_upstream(work: Path) -> Any:
     """benchmarks/vs_vllm_rounds.py against the TinyLlama server: both tools in one process
-    (vLLM imported once), the same prompts, interleaved rounds; the workloads: the earlier
-    one (128 at once, 64 out), a longer one (512 out: fixed costs matter less) and a lighter
-    one (32 at once: a quarter of the chunks per second for each client to parse)."""
+    (vLLM imported once), the same prompts, interleaved rounds, and a third arm: `vllm bench
+    serve` with its aiohttp session's trust_env off. Workloads (VS_UPSTREAM_WORKLOADS): the
+    earlier one (128 at once, 64 out) and a longer one (512 out: fixed costs matter less);
+    rounds: VS_UPSTREAM_ROUNDS (8)."""
+    rounds = int(os.environ.get("VS_UPSTREAM_ROUNDS", "8"))
+    workloads = os.environ.get("VS_UPSTREAM_WORKLOADS", "128x128x64 128x128x512").split()
     server = ensure_server(work, "tinyllama", 2048)
     tmp = work / "results" / "vs-upstream"  # vllm bench serve's own JSON per round come back
     out = work / "results" / "vs-upstream-rounds.json"
     cmd = [PY, str(REPO / "benchmarks" / "vs_vllm_rounds.py"), "--url", URL]
     cmd += ["--model", "tinyllama", "--tokenizer", str(work / "models" / "tinyllama")]
     cmd += ["--rounds", str(rounds), "--work", str(tmp), "--out", str(out)]
-    for w in ("128x128x64", "128x128x512", "32x128x256"):
+    cmd += ["--vllm-without-trust-env"]
+    for w in workloads:
         cmd += ["--workload", w]
     log(f"vs-upstream: {shlex.join(cmd)}")
     env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
