@@ -149,13 +149,16 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
 def _pipeline(
     svc: Service, old_status: dict[str, Any], writer: Writer, settings: OperatorSettings
 ) -> Outcome:
+    # observe (read-only): the children, the pods, the benchmark history and its Jobs
     seen = observe(writer, svc)
     if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the
         # service: a no-op, so that no child goes back to an older spec and no run of the
         # newer revision is superseded by the older one's
         return Outcome(stale=True)
-    plan = aim(svc, seen, decide(svc, seen, settings))  # the one pod each run measures
+    # decide (pure): start, stop, judge, roll back, prune; and the one pod each run measures
+    plan = aim(svc, seen, decide(svc, seen, settings))
+    # render (pure): the children, with the pod template of a rollback's target if any
     rendered = render_children(
         svc,
         settings,
@@ -167,8 +170,10 @@ def _pipeline(
         ),
     )
     desired = [with_revision(m) for m in rendered]
+    # apply (the one writer): the children, then the plan
     changes = _apply_children(writer, svc, desired, seen)
     changes += carry_out(writer, svc, settings, plan)
+    # status (pure), from what the writes left (read again only when something was written)
     after = observe(writer, svc) if changes or plan.writes else seen
     status = compute_status(
         svc,
@@ -228,13 +233,6 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
         confirming=plan.confirming,
         confirmed=plan.confirmed,
     )
-
-
-def _cond(status: dict[str, Any], kind: str) -> str | None:
-    for c in status.get("conditions", []):
-        if c.get("type") == kind:
-            return str(c.get("status"))
-    return None
 
 
 def _events(old: dict[str, Any], new: dict[str, Any], changes: list[Change]) -> list[Event]:
