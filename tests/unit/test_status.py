@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from tests.unit.builders import service
-from vllm_operator.observed import Observed, PodProblem, pod_problems
+from vllm_operator.gates import Run
+from vllm_operator.observed import BenchView, Observed, PodProblem, pod_problems
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
 
@@ -654,3 +655,60 @@ def test_monitoring_condition_says_whether_the_prometheus_operator_is_there() ->
     assert monitoring(no_pod_monitor, True) == ("True", "Rendered", "PrometheusRule applied")
     off = service("minimal", {"monitoring": {"enabled": False}}, generation=GEN)
     assert monitoring(off, False) is None
+
+
+# ---- a failed verdict being confirmed (issue 10, item 7) ----------------------------------
+
+
+def confirming_view(state: str | None, message: str = "") -> BenchView:
+    runs = (
+        ()
+        if state is None
+        else (Run("rev1", "minimal-bench-rev1-ab12", "t2", state, "", message=message),)
+    )
+    return BenchView(
+        revision="rev1",
+        run_name="minimal-bench-rev1-ab12",
+        runs=runs,
+        failures=("outputTokensPerSecond 10 < minimum 50",),
+        rollout_done=True,
+        gated=True,
+        confirming="run minimal-bench-rev1 failed its gates (...); run minimal-bench-rev1-ab12 "
+        "measures revision rev1 again before any rollback",
+    )
+
+
+def bench_status(view: BenchView) -> dict[str, Any]:
+    svc = service("minimal", generation=GEN)
+    return compute_status(svc, Observed(deployment=deployment()), {}, SETTINGS, T1, bench=view)
+
+
+@pytest.mark.parametrize("state", [None, "Running"])
+def test_while_a_failed_verdict_is_confirmed_nothing_is_degraded(state: str | None) -> None:
+    view = confirming_view(state)
+    st = bench_status(view)
+    got = brief(st)
+    assert got["BenchmarkComplete"] == ("False", "ConfirmingFailure", view.confirming)
+    assert got["BenchmarkPassed"] == (
+        "Unknown",
+        "Confirming",
+        "the first run failed (outputTokensPerSecond 10 < minimum 50); a second run decides",
+    )
+    assert got["Degraded"] == ("False", "AsExpected", "")
+    assert st["benchmark"]["failures"] == ["outputTokensPerSecond 10 < minimum 50"]
+    assert "passed" not in st["benchmark"]
+
+
+def test_a_confirmation_that_failed_to_measure_says_nothing_was_rolled_back() -> None:
+    st = bench_status(confirming_view("Failed", "BackoffLimitExceeded: exit 1"))
+    got = brief(st)
+    assert got["BenchmarkComplete"] == (
+        "False",
+        "BenchmarkFailed",
+        (
+            "BackoffLimitExceeded: exit 1 (this run was to confirm a failed verdict: not "
+            "rolled back on one measurement; the rerun-benchmark annotation measures again)"
+        ),
+    )
+    assert got["BenchmarkPassed"][:2] == ("False", "ThresholdsNotMet")
+    assert got["Degraded"][0] == "False"
