@@ -84,6 +84,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # the service's events are the operator's own (the controller posts one per condition
     # transition); kopf's log lines as events would repeat
     settings.posting.level = logging.CRITICAL
+    # kopf logs each handled event ("Handler 'on_service' succeeded."): a line per status
+    # write of every service; the controller logs what a reconcile changed instead
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     memo.elector = None
     if ours.leader_election:
         # only the leader's workers reconcile; every write passes the fence first

@@ -44,6 +44,11 @@ WATCHED: tuple[tuple[str, str, bool], ...] = (
 
 Key = tuple[str, str]
 
+# Fields whose change alone wakes no one: the HPA controller rewrites currentMetrics at every
+# sync (15 s) while nothing the reconcile reports (conditions, replica counts) changes; at a
+# thousand services that would be a reconcile per HPA per sync, for nothing.
+QUIET_STATUS = {"HorizontalPodAutoscaler": ("currentMetrics", "lastScaleTime")}
+
 
 def parse_selector(selector: str) -> dict[str, str] | None:
     """`a=b,c=d` as a dict; None for anything but equality terms (then the cache does not
@@ -76,6 +81,21 @@ def _newer(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
         return True
     a, b = _version(new), _version(old)
     return a is None or b is None or a >= b
+
+
+def _same(kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """True when `new` differs from `old` only where nothing is reacted to (its version,
+    QUIET_STATUS): the event updates the cache but wakes no reconcile."""
+    if old is None:
+        return False
+    quiet = QUIET_STATUS.get(kind, ())
+
+    def view(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+        status = {k: v for k, v in (obj.get("status") or {}).items() if k not in quiet}
+        return {**obj, "metadata": meta, "status": status}
+
+    return view(old) == view(new)
 
 
 def _key(obj: dict[str, Any]) -> Key:
@@ -250,13 +270,15 @@ class Informer:
         obj = _slim(obj, self.api_version, self.kind)
         key = _key(obj)
         with self._lock:
+            before = self._store.get(key)
             if kind == "DELETED":
                 self._store.pop(key, None)
-            elif _newer(obj, self._store.get(key)):
+            elif _newer(obj, before):
                 self._store[key] = obj
             self._version = version or self._version
         metrics.WATCH_EVENTS.labels(self.kind).inc()
-        self._emit(str(kind), obj)
+        if kind == "DELETED" or not _same(self.kind, before, obj):
+            self._emit(str(kind), obj)
         return True
 
     def _emit(self, kind: str, obj: dict[str, Any]) -> None:

@@ -129,3 +129,31 @@ def test_paths_and_verbs() -> None:
     assert verb("PATCH", "/x") == "patch"
     assert verb("POST", "/x") == "create"
     assert verb("DELETE", "/x") == "delete"
+
+
+def test_an_hpa_metrics_refresh_updates_the_cache_but_wakes_no_one() -> None:
+    woken: list[tuple[str, str]] = []
+    inf = Informer(
+        None,  # type: ignore[arg-type]
+        "autoscaling/v2",
+        "HorizontalPodAutoscaler",
+        "ns",
+        lambda kind, obj: woken.append((kind, obj["metadata"]["resourceVersion"])),
+    )
+
+    def hpa(rv: int, waiting: str, desired: int) -> dict[str, Any]:
+        obj = _cm("h", rv)
+        del obj["data"]
+        obj["status"] = {
+            "currentMetrics": [{"pods": {"current": {"averageValue": waiting}}}],
+            "desiredReplicas": desired,
+        }
+        return obj
+
+    inf._handle({"type": "ADDED", "object": hpa(1, "0", 1)})
+    inf._handle({"type": "MODIFIED", "object": hpa(2, "3", 1)})  # only the metric moved
+    assert (inf.get("ns", "h") or {})["status"]["currentMetrics"][0]["pods"]["current"] == {
+        "averageValue": "3"
+    }
+    inf._handle({"type": "MODIFIED", "object": hpa(3, "30", 2)})  # a scaling decision
+    assert woken == [("ADDED", "1"), ("MODIFIED", "3")]
