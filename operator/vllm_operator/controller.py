@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -165,9 +166,11 @@ class Controller:
             self.queue.add_rate_limited(key)
         else:
             self.queue.forget(key)
-        # the drift check; after a failure too (the earlier of it and the back-off wins)
+        # the drift check; after a failure too (the earlier of it and the back-off wins).
+        # Up to 10 % early, at random: services applied together do not resync in lockstep
+        jitter = 1 - 0.1 * random.random()  # noqa: S311  # spreading load, not a secret
         elapsed = time.monotonic() - started
-        self.queue.add_after(key, max(self.settings.resync_seconds - elapsed, 0.1))
+        self.queue.add_after(key, max(self.settings.resync_seconds * jitter - elapsed, 0.1))
 
     def reconcile_key(self, key: Key) -> Result:
         """Reconciles the service `key` names, as it is now: the spec to apply and the status
