@@ -14,7 +14,9 @@ in the User-Agent) and the replicas' own event lines:
                the one leader after it is back;
 
 and for each the gap between the old leader's last write and the new leader's first (never
-negative: the writes of two replicas do not overlap).
+negative: the writes of two replicas do not overlap). The `operator-*` faults do the same to
+two real operator processes (`python -m vllm_operator`, the Lease `vllm-operator`) and apply a
+VLLMService right after the fault: the standby's first write and that service's Ready.
 
 Usage:
   .venv/bin/python benchmarks/ha_failover.py [--rounds 3] [--timings 15,10,2] [--down 12]
@@ -29,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import statistics
 import tempfile
 import time
@@ -37,6 +41,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
 from vllm_localenv.ha import (
@@ -48,7 +54,12 @@ from vllm_localenv.ha import (
     restart_apiserver,
     write_runs,
 )
-from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, install
+from vllm_localenv.operator_process import (
+    OPERATOR_ACCOUNT,
+    OPERATOR_NAMESPACE,
+    OperatorProcess,
+    install,
+)
 
 STATE_DIR = REPO_ROOT / ".state" / "bench-ha-failover"
 LEASE_RBAC = f"""
@@ -76,7 +87,11 @@ def _wait(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
         if value:
             return value
         time.sleep(0.1)
-    raise SystemExit(f"timed out waiting for {what}")
+    raise RoundFailedError(f"timed out waiting for {what}")
+
+
+class RoundFailedError(RuntimeError):
+    """A round that did not complete (recorded with its reason; the next round goes on)."""
 
 
 class Bench:
@@ -195,6 +210,104 @@ class Bench:
         return out
 
 
+class OperatorBench:
+    """The same faults with two real operator processes (`python -m vllm_operator`, its
+    ServiceAccount, the Lease `vllm-operator`): a VLLMService applied right after the fault,
+    and when it is Ready."""
+
+    def __init__(self, cluster: LocalCluster, tmp: Path, timings: tuple[float, ...]) -> None:
+        self.cluster = cluster
+        self.tmp = tmp
+        self.env = {
+            "VLLM_OPERATOR_LEADER_ELECTION": "true",
+            "VLLM_OPERATOR_LEASE_DURATION_SECONDS": str(timings[0]),
+            "VLLM_OPERATOR_RENEW_DEADLINE_SECONDS": str(timings[1]),
+            "VLLM_OPERATOR_RETRY_PERIOD_SECONDS": str(timings[2]),
+        }
+        self.started: list[OperatorProcess] = []
+
+    def _operator(self, name: str, extra: dict[str, str] | None = None) -> OperatorProcess:
+        op = OperatorProcess(
+            self.cluster,
+            self.tmp / f"{uuid.uuid4().hex[:6]}-{name}.log",
+            extra_env={**self.env, **(extra or {})},
+        )
+        self.started.append(op)
+        op.start()
+        return op
+
+    def _service(self, ns: str, name: str) -> None:
+        manifest = yaml.safe_load((REPO_ROOT / "crds" / "samples" / "minimal.yaml").read_text())
+        manifest["metadata"]["name"] = name
+        self.cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
+
+    def _ready(self, ns: str, name: str) -> bool:
+        out = self.cluster.kubectl("get", "vllmservice", name, "-n", ns, "-o", "json")
+        svc = json.loads(out)
+        conds = {c["type"]: c for c in svc.get("status", {}).get("conditions", [])}
+        return bool(
+            conds.get("Ready", {}).get("status") == "True"
+            and svc["status"].get("observedGeneration") == svc["metadata"]["generation"]
+        )
+
+    def run(self, fault: str) -> dict[str, float]:
+        ns = f"ha-op-{uuid.uuid4().hex[:8]}"
+        self.cluster.kubectl("create", "namespace", ns)
+        proxy = Partition(self.cluster.ports.apiserver) if fault == "partition" else None
+        extra = {}
+        if proxy is not None:
+            account = self.cluster.service_account_kubeconfig(
+                OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, self.tmp / f"{ns}.kubeconfig"
+            )
+            via = kubeconfig_via(account, self.tmp / f"{ns}-proxied.kubeconfig", proxy.port)
+            extra = {"KUBECONFIG": str(via)}
+        try:
+            a = self._operator("a", extra)
+            _wait("a to lead", lambda: _leads(a))
+            b = self._operator("b")
+            self._service(ns, "before")
+            _wait("before Ready", lambda: self._ready(ns, "before"))
+            time.sleep(1)
+            t0 = time.time()
+            if fault == "kill":
+                a.stop(sig=signal.SIGKILL)
+            elif fault == "graceful":
+                a.stop()
+            else:
+                assert proxy is not None
+                proxy.cut()
+            self._service(ns, "during")
+            _wait("during Ready", lambda: self._ready(ns, "during"), timeout=180)
+            ready_at = time.time()
+            writes = audit_writes(self.cluster.audit_log, ns, since=t0, username=a.username)
+            ids = {_op_identity(a), _op_identity(b)}
+            runs = write_runs(audit_writes(self.cluster.audit_log, ns, username=a.username))
+            return {
+                "first_write_of_standby_after_s": round(
+                    min(w.at for w in writes if w.replica == _op_identity(b)) - t0, 3
+                ),
+                "service_ready_after_s": round(ready_at - t0, 3),
+                "write_runs": float(len(runs)),
+                "writes_of_unknown_replica": float(sum(1 for w in writes if w.replica not in ids)),
+            }
+        finally:
+            for op in self.started:
+                op.stop()
+            self.started.clear()
+            if proxy is not None:
+                proxy.close()
+
+
+def _op_identity(op: OperatorProcess) -> str:
+    found = re.search(r"leader election: (\S+) competes", op.log_path.read_text())
+    return found.group(1) if found else ""
+
+
+def _leads(op: OperatorProcess) -> bool:
+    text = op.log_path.read_text()
+    return text.rfind("started leading") > text.rfind("stopped leading")
+
+
 def _summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     keys = sorted({k for r in rows for k in r})
     out = {}
@@ -209,7 +322,9 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def _measure(bench: Bench, args: argparse.Namespace, results: dict[str, Any]) -> None:
+def _measure(
+    bench: Bench, operators: OperatorBench, args: argparse.Namespace, results: dict[str, Any]
+) -> None:
     for fault in args.faults.split(","):
         rows = []
         for i in range(args.rounds):
@@ -218,14 +333,27 @@ def _measure(bench: Bench, args: argparse.Namespace, results: dict[str, Any]) ->
                 "partition": bench.partition,
                 "graceful": bench.graceful,
                 "restart": lambda: bench.restart(args.down),
+                "operator-kill": lambda: operators.run("kill"),
+                "operator-partition": lambda: operators.run("partition"),
+                "operator-graceful": lambda: operators.run("graceful"),
             }[fault]
-            row = run()
+            try:
+                row = run()
+            except RoundFailedError as exc:
+                results["failed_rounds"].append({"fault": fault, "round": i + 1, "why": str(exc)})
+                print(f"{fault} round {i + 1}: FAILED: {exc}", flush=True)
+                for c in bench.started:
+                    c.kill()
+                continue
             rows.append(row)
             print(f"{fault} round {i + 1}: {json.dumps(row)}", flush=True)
         results["faults"][fault] = {"rounds": rows, "summary": _summary(rows)}
+        if args.out:  # after every fault: a later failure keeps what was measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
         for key, s in results["faults"][fault]["summary"].items():
             print(
-                f"  {fault:9} {key:28} min {s['min']:7.2f}  p50 {s['p50']:7.2f}  "
+                f"  {fault:18} {key:32} min {s['min']:7.2f}  p50 {s['p50']:7.2f}  "
                 f"max {s['max']:7.2f}",
                 flush=True,
             )
@@ -238,7 +366,10 @@ def main() -> int:
         "--timings", default="15,10,2", help="lease duration, renew deadline, retry (s)"
     )
     parser.add_argument("--down", type=float, default=12.0, help="API server down time (s)")
-    parser.add_argument("--faults", default="kill,partition,graceful,restart")
+    parser.add_argument(
+        "--faults",
+        default="kill,partition,graceful,restart,operator-kill,operator-partition,operator-graceful",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     timings = tuple(float(x) for x in args.timings.split(","))
@@ -255,6 +386,7 @@ def main() -> int:
         ),
         "load": os.getloadavg(),
         "faults": {},
+        "failed_rounds": [],
     }
     with cluster.session():
         install(cluster)
@@ -263,11 +395,14 @@ def main() -> int:
             OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, tmp / "sa.kubeconfig"
         )
         bench = Bench(cluster, kc, tmp, timings)
+        operators = OperatorBench(cluster, tmp, timings)
         try:
-            _measure(bench, args, results)
+            _measure(bench, operators, args, results)
         finally:
             for c in bench.started:
                 c.kill()
+            for op in operators.started:
+                op.stop()
     results["load_after"] = os.getloadavg()
     shutil.rmtree(tmp, ignore_errors=True)
     if args.out:
