@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+import urllib3
+from kubernetes import client
 from pydantic import ValidationError
 
 from vllm_operator.kube import ApplyError
@@ -20,6 +26,7 @@ from vllm_operator.leader import (
     Timing,
     decide,
     desired,
+    lease_namespace,
     remaining,
     written,
 )
@@ -103,8 +110,6 @@ def test_desired_lease_specs() -> None:
 def test_fence_is_an_apply_error_naming_the_lease() -> None:
     now = [0.0]
     settings = OperatorSettings(lease_namespace="ops")
-    from kubernetes import client  # noqa: PLC0415 (no server is contacted)
-
     elector = LeaderElector(client.ApiClient(), settings, identity="a", clock=lambda: now[0])
     with pytest.raises(NotLeaderError, match=r"Lease ops/vllm-operator") as err:
         elector.fence()
@@ -244,3 +249,54 @@ def test_the_simulation_sees_overlap_when_the_lease_is_shorter_than_the_deadline
         except AssertionError:
             failures += 1
     assert failures > 0
+
+
+def test_the_lease_namespace_is_the_setting_then_pod_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "from-pod")
+    assert lease_namespace(OperatorSettings(lease_namespace="ops")) == "ops"
+    assert lease_namespace(OperatorSettings()) == "from-pod"
+
+
+def _put_count(api: client.ApiClient, port: int, accepted: list[int]) -> int:
+    """PUTs once through `api` to a server that hangs up on every connection; how many
+    connections the request made."""
+    before = len(accepted)
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        api.call_api("PUT", f"http://127.0.0.1:{port}/x", header_params={}, body="{}")
+    time.sleep(0.2)  # the server thread counts the last connection
+    return len(accepted) - before
+
+
+@pytest.fixture
+def hang_up() -> Iterator[tuple[int, list[int]]]:
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.recv(65536)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], accepted
+    server.close()
+
+
+def test_the_writers_client_never_sends_a_request_twice(
+    hang_up: tuple[int, list[int]],
+) -> None:
+    """urllib3 re-sends a failed request by itself (3 retries): such a copy would never pass
+    the fence. The elector turns that off on the client it fences."""
+    port, accepted = hang_up
+    plain = client.ApiClient(client.Configuration())
+    assert _put_count(plain, port, accepted) == 4  # control: urllib3's default retries
+    fenced = client.ApiClient(client.Configuration())
+    LeaderElector(fenced, OperatorSettings(), identity="a")
+    assert _put_count(fenced, port, accepted) == 1
