@@ -118,6 +118,22 @@ def test_output_tokens_agree_with_the_servers_counter(full_run: dict[str, Any]) 
     assert sum(s["promptTokens"] for s in samples) + warmup["promptTokens"] == prompted
 
 
+def test_live_load_of_a_run_alone_is_none_in_every_scenario(full_run: dict[str, Any]) -> None:
+    """The runner is the server's only client: in every scenario, the concurrent ladder's
+    32 requests at once included, the server finished exactly the runner's requests (none
+    counted late into the next scenario) and never ran one that was not the runner's."""
+    live = full_run["doc"]["liveLoad"]
+    assert set(live["scenarios"]) == {"capacity", "batching", "prefix", "streaming", "naive"}
+    for name, window in live["scenarios"].items():
+        assert window["serverRequests"] == window["ownRequests"], (name, window)
+        assert window["foreignRequests"] == 0, (name, window)
+        assert window["peakForeignInFlight"] == 0, (name, window)
+        assert window["scrapeFailures"] == 0, (name, window)
+    assert live["scenarios"]["batching"]["peakRunning"] == 16  # --max-num-seqs
+    assert live["scenarios"]["batching"]["peakWaiting"] > 0
+    assert live["quiet"] is True
+
+
 def test_capacity_is_what_the_server_reports(full_run: dict[str, Any]) -> None:
     cache = full_run["after"]["cache"]
     s = summary(full_run, "capacity")
