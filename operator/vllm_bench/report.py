@@ -72,7 +72,33 @@ def summary_tables(doc: dict[str, Any]) -> list[Table]:
         for point in ladder:
             table.add_row(*(_fmt(v) for v in point.values()))
         tables.append(table)
+    live = doc.get("liveLoad")
+    if live:
+        tables.append(_live_load_table(live))
     return tables
+
+
+LIVE_LOAD_COLUMNS = (
+    "ownRequests",
+    "foreignRequests",
+    "foreignGenerationTokens",
+    "peakRunning",
+    "peakWaiting",
+    "peakForeignInFlight",
+)
+
+
+def _live_load_table(live: dict[str, Any]) -> Table:
+    """Per scenario and for the run: the runner's requests and what other clients had the
+    target do meanwhile (liveload.py)."""
+    quiet = {True: "the target served the runner alone", False: "OTHER CLIENTS' LOAD SEEN"}
+    table = Table(title=f"live load on {live.get('target')}: {quiet.get(live.get('quiet'), '?')}")
+    table.add_column("scenario")
+    for column in LIVE_LOAD_COLUMNS:
+        table.add_column(column, justify="right")
+    for name, window in [*live.get("scenarios", {}).items(), ("run", live)]:
+        table.add_row(name, *(_fmt(window.get(c)) for c in LIVE_LOAD_COLUMNS))
+    return table
 
 
 # --- plots: each returns a Figure, or None when the document lacks the data ---------------

@@ -5,9 +5,12 @@ The window around a scenario against a real server: tests/vllm/test_bench_runner
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from vllm_bench.liveload import (
     FAMILIES,
@@ -18,6 +21,7 @@ from vllm_bench.liveload import (
     own_traffic,
 )
 from vllm_bench.metrics import MetricsSnapshot, parse_metrics
+from vllm_bench.report import summary_tables
 from vllm_bench.results import build_document, validation_errors
 
 METRICS_TEXT = (Path(__file__).parent / "bench_data" / "vllm-0.32-metrics.txt").read_text()
@@ -179,3 +183,26 @@ def test_a_document_with_live_load_validates() -> None:
     assert validation_errors(doc) == []
     broken = {**doc, "liveLoad": {**live, "foreignRequests": -1, "quiet": "yes"}}
     assert len(validation_errors(broken)) == 2
+
+
+def test_the_summary_shows_the_live_load_per_scenario_and_for_the_run() -> None:
+    live = document(
+        "http://10.85.0.7:8000", {"prefix": [_window(3, 2)], "streaming": [_window(0, 0)]}
+    )
+    doc = build_document(
+        config={"url": "http://10.85.0.7:8000", "model": "tiny", "scenarios": [],
+                "maxDurationSeconds": 60, "maxRps": None},
+        environment={"serverVersion": "0.32.0", "model": "tiny", "cacheConfig": {}},
+        scenarios={}, errors=[], started_at=0, finished_at=1, extra={"liveLoad": live},
+    )  # fmt: skip
+    console = Console(width=200, record=True, file=io.StringIO())
+    (table,) = [t for t in summary_tables(doc) if "live load" in str(t.title)]
+    console.print(table)
+    text = console.export_text()
+    assert "OTHER CLIENTS' LOAD SEEN" in text
+    cells = [[c.strip() for c in line.split("│") if c.strip()] for line in text.splitlines()]
+    rows = {row[0]: row[1:] for row in cells if row}
+    # scenario: own, foreign requests, foreign tokens, peak running, waiting, foreign in flight
+    assert rows["prefix"][:2] == ["1", "3"]
+    assert rows["streaming"][:2] == ["1", "0"]
+    assert rows["run"][:2] == ["2", "3"]
