@@ -91,8 +91,11 @@ LIVE_LOAD_COLUMNS = (
 def _live_load_table(live: dict[str, Any]) -> Table:
     """Per scenario and for the run: the runner's requests and what other clients had the
     target do meanwhile (liveload.py)."""
-    quiet = {True: "the target served the runner alone", False: "OTHER CLIENTS' LOAD SEEN"}
-    table = Table(title=f"live load on {live.get('target')}: {quiet.get(live.get('quiet'), '?')}")
+    said = {True: "the target served the runner alone", False: "OTHER CLIENTS' LOAD SEEN"}
+    quiet = live.get("quiet")
+    table = Table(
+        title=f"live load on {live.get('target')}: {said[quiet] if quiet is not None else '?'}"
+    )
     table.add_column("scenario")
     for column in LIVE_LOAD_COLUMNS:
         table.add_column(column, justify="right")
