@@ -172,54 +172,129 @@ def lab2_table(results: Path) -> list[str]:
     return lines
 
 
+ARMS = (("runner", "runner"), ("vllm", "vllm bench serve"), ("vllmNoTrustEnv", "its trust_env off"))
+
+
+def outside_ms(tool: dict[str, Any]) -> float:
+    """Mean time a request of this tool spent outside the server before its first token: the
+    client's TTFT minus the server's own (vllm:time_to_first_token_seconds, same requests)."""
+    server = tool["server"]
+    return 1000 * float(tool["ttftMeanSeconds"] - server["ttftSecondsSum"] / server["e2eCount"])
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def same_tokens(r: dict[str, Any], arms: list[str]) -> str:
+    """The server-counted prompt/generation tokens of the round's arms: one pair when equal."""
+    pairs = {
+        (int(r[a]["server"]["promptTokens"]), int(r[a]["server"]["generationTokens"])) for a in arms
+    }
+    text = ", ".join(f"{p:,} / {g:,}" for p, g in sorted(pairs))
+    return text if len(pairs) == 1 else f"DIFFER: {text}"
+
+
+def workload_table(w: dict[str, Any]) -> list[str]:
+    arms = [key for key, _ in ARMS if key in w["rounds"][0]]
+    names = dict(ARMS)
+    wl = w["workload"]
+    cells = ["round (order)"]
+    for a in arms:
+        cells.append(f"{names[a]} tok/s")
+        if a != "runner":
+            cells.append(f"runner / {names[a]}")
+    cells += ["client CPU ms/request (" + " / ".join(names[a] for a in arms) + ")",
+              "outside the server before 1st token, ms (same order)",
+              "server-counted tokens in / out (every arm)"]  # fmt: skip
+    lines = [
+        (
+            f"**{wl['requestsAtOnce']} requests at once, ~{wl['inputTokens']} tokens in, "
+            f"{wl['outputTokens']} out** ({len(w['rounds'])} rounds)"
+        ),
+        "",
+        row(*cells),
+        row(*["---"] * len(cells)),
+    ]
+    for r in w["rounds"]:
+        c = [f"{r['round']} ({' > '.join(names[o] for o in r['order'])})"]
+        for a in arms:
+            c.append(num(r[a]["outputTokensPerSecond"]))
+            if a != "runner":
+                c.append(
+                    f"{r['runner']['outputTokensPerSecond'] / r[a]['outputTokensPerSecond']:.3f}"
+                )
+        c.append(" / ".join(f"{r[a]['clientCpuMsPerRequest']:.2f}" for a in arms))
+        c.append(" / ".join(f"{outside_ms(r[a]):.0f}" for a in arms))
+        c.append(same_tokens(r, arms))
+        lines.append(row(*c))
+    c = ["median"]
+    for a in arms:
+        tps = median([r[a]["outputTokensPerSecond"] for r in w["rounds"]])
+        c.append(num(tps))
+        if a != "runner":
+            runner = median([r["runner"]["outputTokensPerSecond"] for r in w["rounds"]])
+            per_round = median([r["runner"]["outputTokensPerSecond"] / r[a]["outputTokensPerSecond"]
+                                for r in w["rounds"]])  # fmt: skip
+            c.append(f"**{runner / tps:.3f}** (of rounds: {per_round:.3f})")
+    c.append(" / ".join(f"{median([r[a]['clientCpuMsPerRequest'] for r in w['rounds']]):.2f}"
+                        for a in arms))  # fmt: skip
+    c.append(" / ".join(f"{median([outside_ms(r[a]) for r in w['rounds']]):.0f}" for a in arms))
+    c.append("")
+    lines.append(row(*c))
+    return lines
+
+
+def pooled_table(results: Path) -> list[str]:
+    """Every set of rounds measured (the final run and its repeats), per workload: the ratio
+    of the medians against `vllm bench serve` as shipped and with its trust_env off."""
+    sets = [("final (vs-upstream.json)", results / "vs-upstream.json")]
+    repeats = results / "vs-upstream-repeats"
+    sets += [(p.name, p) for p in sorted(repeats.glob("[1-9]*.json"))] if repeats.exists() else []
+    lines = [
+        row("set", "workload", "rounds", "runner / vllm bench serve",
+            "runner / its trust_env off", "client CPU ms/request (runner / vllm / trust_env off)"),
+        row(*["---"] * 6),
+    ]  # fmt: skip
+    for name, path in sets:
+        for w in json.loads(path.read_text()).get("workloads", []):
+            rs, wl = w["rounds"], w["workload"]
+            runner = median([r["runner"]["outputTokensPerSecond"] for r in rs])
+            vllm = median([r["vllm"]["outputTokensPerSecond"] for r in rs])
+            has3 = "vllmNoTrustEnv" in rs[0]
+            off = (
+                median([r["vllmNoTrustEnv"]["outputTokensPerSecond"] for r in rs]) if has3 else None
+            )
+            cpu = [median([r[a]["clientCpuMsPerRequest"] for r in rs])
+                   for a in ("runner", "vllm", "vllmNoTrustEnv") if a in rs[0]]  # fmt: skip
+            lines.append(row(
+                name, f"{wl['requestsAtOnce']}x{wl['inputTokens']}x{wl['outputTokens']}",
+                str(len(rs)), f"{runner / vllm:.3f}", "—" if off is None else f"{runner / off:.3f}",
+                " / ".join(f"{x:.2f}" for x in cpu)))  # fmt: skip
+    return lines
+
+
 def upstream_table(results: Path) -> list[str]:
     vs = load(results, "vs-upstream")
-    if not vs:
+    if not vs or "workloads" not in vs:
         return ["### The runner against `vllm bench serve`: not measured"]
-    w = vs["workload"]
     lines = [
         "### The runner against `vllm bench serve` (TinyLlama, same server)",
         "",
-        (f"{w['requestsAtOnce']} requests at once, ~{w['inputTokens']} tokens in, "
-        f"{w['outputTokens']} out (ignore_eos), {len(vs['rounds'])} interleaved rounds "
-        "(the order alternates)."),
+        ("Both tools in one Python process (vLLM imported once: benchmarks/vs_vllm_rounds.py), "
+         "the same prompts in a round, the server's prefix cache reset before each tool, the "
+         "order rotating; a third arm is `vllm bench serve` with its aiohttp session's "
+         "trust_env off. Throughput: the server's completion tokens / first send to last "
+         "completion (the same definition in both). Client CPU: time.process_time() over the "
+         "same window, per request. \"Outside the server\": the client's mean TTFT minus the "
+         "server's own (vllm:time_to_first_token_seconds) for the same requests."),
         "",
-        row("round (order)", "runner tok/s", "vllm bench serve tok/s", "ratio",
-            "runner CPU/request", "vllm bench serve CPU/request (incl. import)",
-            "tokens per word"),
-        row(*["---"] * 7),
     ]  # fmt: skip
-    imp = vs["vllmImportCpuSeconds"]
-    clamped = 0
-    for r in vs["rounds"]:
-        ratio = r["runnerOutputTokensPerSecond"] / r["vllmOutputTokensPerSecond"]
-        if r["vllmCpuMsPerRequest"] <= 0:
-            clamped += 1
-            vcpu = "below import noise"
-        else:
-            vcpu = f"{r['vllmCpuMsPerRequest']:.2f} ms"
-        lines.append(
-            row(f"{r['round']} ({' then '.join(r['order'])})",
-                num(r["runnerOutputTokensPerSecond"]), num(r["vllmOutputTokensPerSecond"]),
-                f"{ratio:.3f}", f"{r['runnerCpuMsPerRequest']:.2f} ms",
-                f"{vcpu} ({r['vllmCpuMsPerRequestInclImport']:.0f} ms)",
-                num(r.get("tokensPerWord"), 3))
-        )  # fmt: skip
-    verdict = "within" if abs(vs["ratio"] - 1) <= 0.05 else "NOT within"
-    more = "more" if vs["ratio"] > 1 else "less"
-    lines += [
-        row("median", num(vs["runnerOutputTokensPerSecond"]), num(vs["vllmOutputTokensPerSecond"]),
-            f"{vs['ratio']:.3f}", f"{vs['runnerCpuMsPerRequest']:.2f} ms",
-            f"{vs['vllmCpuMsPerRequest']:.2f} ms (not reliable, see below)", ""),
-        "",
-        (f"Ratio runner / vllm bench serve: {vs['ratio']:.3f}: the runner measured {more} "
-        f"output throughput, {verdict} the issue's 5% target. `vllm bench serve`'s CPU per "
-        f"request is its process's CPU minus one `--help` run's ({imp:.1f} s of import); the "
-        f"import alone is ~{1000 * imp / w['requestsAtOnce']:.0f} ms per request against a few "
-        f"ms of work, so its run-to-run noise swamps the difference ({clamped} of "
-        f"{len(vs['rounds'])} rounds came out below zero and were clamped): that column does "
-        "not measure `vllm bench serve`'s client cost."),
-    ]  # fmt: skip
+    for w in vs["workloads"]:
+        lines += [*workload_table(w), ""]
+    lines += ["All sets of rounds (ratios of the medians):", "", *pooled_table(results)]
     return lines
 
 
@@ -232,10 +307,11 @@ def commands(results: Path) -> list[str]:
         cmd = doc.get("command") or doc.get("runner", {}).get("_gpu", {}).get("command")
         lines.append(f"- {part}: `{cmd}`")
     vs = load(results, "vs-upstream")
-    if vs and vs["rounds"]:
-        # the command is `python -c <labs.py's VLLM_BENCH_SERVE>` (vllm bench serve's own main)
-        args = vs["rounds"][0]["vllmCommand"].rpartition("' ")[2]
-        lines.append(f"- vs-upstream (round 1): `vllm bench serve {args}`")
+    if vs and vs.get("workloads"):
+        cmd = vs["command"]  # vs_vllm_rounds.py's sys.argv
+        lines.append(f"- vs-upstream: `python {' '.join(cmd) if isinstance(cmd, list) else cmd}`")
+        argv = vs["workloads"][0]["rounds"][0]["vllm"]["argv"]
+        lines.append(f"- vs-upstream, its `vllm bench serve` (round 1): `{' '.join(argv)}`")
     return lines
 
 
