@@ -39,7 +39,13 @@ What makes the two figures comparable:
     requests. CPU / wall says how busy each client's one event loop was: near 1.0 the
     client, not the server, sets the pace of what it measures.
 
-The order of the two tools alternates per round. Prints one line per round, medians and the
+--vllm-without-trust-env adds a third arm: `vllm bench serve` with its aiohttp session's
+trust_env off (it opens it with trust_env=True, and aiohttp then runs a ~/.netrc and a proxy
+lookup in its thread pool before sending each request; on the H200 that delayed 128 requests
+sent at once by ~36 ms and cost it 10-17% of its measured throughput: see
+benchmarks/gpu/results/REPORT.md).
+
+The order of the tools rotates per round. Prints one line per round, medians and the
 ratio; --out keeps everything (per-round JSON of `vllm bench serve` too, under --work).
 """
 

@@ -294,7 +294,7 @@ def vs_upstream(work: Path) -> Any:
     # cwd: an empty folder, so that nothing there shadows a module vLLM imports
     subprocess.run(cmd, env=env, cwd=tmp, check=True)
     doc: dict[str, Any] = json.loads(out.read_text())
-    return {"server": server, "command": shlex.join(cmd), **doc}
+    return {"server": server, **doc, "labsCommand": shlex.join(cmd)}
 
 
 PARTS = {
