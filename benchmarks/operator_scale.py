@@ -73,6 +73,7 @@ COORDINATION = (
     "kopf.dev/kopfpeerings",
     "coordination.k8s.io/leases",
 )
+SERVICE_RANGE = "--service-cluster-ip-range=10.0.0.0/16"
 RECONCILES_METRIC = "vllm_operator_reconciles_total"
 STATE_DIR = REPO_ROOT / ".state" / "bench-operator-scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -102,6 +103,14 @@ class BenchCluster(LocalCluster):
         path = self.state_dir / "audit-policy.json"
         path.write_text(json.dumps(policy))
         return path
+
+    def _spawn(self, state: Any, name: str, args: list[str], exe: str | None = None) -> Any:
+        # a /24 holds 254 ClusterIPs: a fleet of 1,000 Services needs a larger range
+        if name == "kube-apiserver":
+            args = [
+                SERVICE_RANGE if a.startswith("--service-cluster-ip-range=") else a for a in args
+            ]
+        return super()._spawn(state, name, args, exe)
 
 
 @dataclass(frozen=True)
@@ -628,7 +637,8 @@ def main() -> int:
             args.out.write_text(json.dumps(results, indent=2) + "\n")
 
     source = REPO_ROOT
-    extra_env: dict[str, str] = {}
+    # what the downward API gives the operator's pod: the namespace of its leader-election Lease
+    extra_env = {"POD_NAMESPACE": OPERATOR_NAMESPACE}
     if args.operator_source:
         source, sha = operator_tree(args.operator_source)
         extra_env["PYTHONPATH"] = str(source / "operator")
