@@ -10,9 +10,15 @@ server's - and relay the exit code to kwok, which then finishes the pod as a kub
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import queue
+import threading
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +95,82 @@ def next_job(
             timeout=90,
         )
     )
+
+
+def confirmation_of(
+    cluster: LocalCluster, namespace: str, failed: dict[str, Any]
+) -> dict[str, Any]:
+    """The Job of the run that confirms `failed`'s failed verdict: the same revision, a name
+    of its own (the run's name and a suffix)."""
+    prefix = f"{failed['metadata']['name']}-"
+    return dict(
+        wait_for(
+            "the confirmation run",
+            lambda: next(
+                (
+                    j
+                    for j in items(cluster, namespace, "jobs")
+                    if j["metadata"]["name"].startswith(prefix)
+                ),
+                None,
+            ),
+            timeout=90,
+        )
+    )
+
+
+@contextlib.contextmanager
+def slow_first_byte(url: str, delay: float) -> Iterator[str]:
+    """A TCP relay to `url` that holds the first bytes of every response for `delay`
+    seconds: a noisy neighbour's queue in front of the server, so that every time to first
+    token of a run through it is at least `delay` (the run fails a TTFT gate), while the
+    server itself is the same. Yields the relay's URL. `delay` stays below the server's
+    keep-alive timeout (uvicorn's 5 s), or the server closes a connection the client is
+    about to reuse."""
+    target = urllib.parse.urlsplit(url)
+    loop = asyncio.new_event_loop()
+    ready: queue.Queue[int] = queue.Queue()
+
+    async def pump(reader: Any, writer: Any, pending: list[bool], hold: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                if hold and pending[0]:
+                    await asyncio.sleep(delay)
+                    pending[0] = False
+                if not hold:
+                    pending[0] = True  # a request went up: hold its response's first bytes
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def relay(client_r: Any, client_w: Any) -> None:
+        up_r, up_w = await asyncio.open_connection(target.hostname, target.port)
+        pending = [False]
+        await asyncio.gather(
+            pump(client_r, up_w, pending, hold=False), pump(up_r, client_w, pending, hold=True)
+        )
+
+    async def serve() -> None:
+        server = await asyncio.start_server(relay, "127.0.0.1", 0)
+        ready.put(server.sockets[0].getsockname()[1])
+        async with server:
+            await server.serve_forever()
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(serve())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    port = ready.get(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for task in asyncio.all_tasks(loop):
+            loop.call_soon_threadsafe(task.cancel)
 
 
 def bench_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -317,6 +399,13 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
     second = next_job(cluster, namespace, after=first, what="the second run")
     bad_rev = second["metadata"]["labels"]["serving.vllm-operator.dev/revision"]
     assert play_job(cluster, namespace, second, vllm_server.url, tmp_path / "2") == 0
+    # one failed run does not roll back: a second run of the same revision confirms it
+    confirmation = confirmation_of(cluster, namespace, second)
+    st = bench_status(cluster, namespace, "gated")
+    assert condition({"status": st}, "BenchmarkComplete")["reason"] == "ConfirmingFailure"
+    assert condition({"status": st}, "Degraded")["status"] == "False"
+    assert st["revision"] == bad_rev
+    assert play_job(cluster, namespace, confirmation, vllm_server.url, tmp_path / "3") == 0
 
     def rolled_back() -> dict[str, Any] | None:
         st = bench_status(cluster, namespace, "gated")
@@ -329,6 +418,7 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
     st = wait_for("the rollback", rolled_back, timeout=60)
     degraded = condition({"status": st}, "Degraded")
     assert degraded["status"] == "True"
+    assert "failed its benchmark gates in two runs" in degraded["message"]
     assert "outputTokensPerSecond" in degraded["message"]
     assert "< minimum 1e+09" in degraded["message"]
     assert good_rev in degraded["message"]
@@ -357,13 +447,100 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
         if e["objectRef"].get("resource") == "deployments" and e["verb"] != "get"
     ]
     assert deployment_writes == []
-    assert len(items(cluster, namespace, "jobs")) == 2
-    assert (
-        len(items(cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark")) == 2
-    )
+    assert len(items(cluster, namespace, "jobs")) == 3
+    # the three runs are in the history: the good revision's, and both of the failed one's
+    runs = items(cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark")
+    assert len(runs) == 3
+    records = {
+        cm["metadata"]["name"]: cm["data"]
+        for cm in items(
+            cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark-record"
+        )
+    }
+    assert records[f"{second['metadata']['name']}-record"]["verdict"] == "Failed"
+    assert records[f"{confirmation['metadata']['name']}-record"]["verdict"] == "Failed"
     dep = get(cluster, namespace, "deployment", "gated")
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == good_args
     assert bench_status(cluster, namespace, "gated")["revision"] == good_rev
+
+
+def test_a_failed_run_that_a_second_run_does_not_confirm_rolls_nothing_back(
+    operator: OperatorProcess,
+    cluster: LocalCluster,
+    namespace: str,
+    vllm_server: VllmServer,
+    tmp_path: Path,
+) -> None:
+    """One noisy run must not roll back a good revision: the new revision's first run is
+    measured through a relay that delays every first token (it fails the TTFT gate), the
+    confirmation run measures the server as it is (it passes): the revision stays."""
+    gates = {"onFailure": "Rollback", "thresholds": {"maxTtftP95Seconds": 2}}
+    apply(cluster, namespace, service("noisy", benchmark=gates))
+    first = job_of(cluster, namespace, "noisy")
+    assert play_job(cluster, namespace, first, vllm_server.url, tmp_path / "1") == 0
+    wait_for(
+        "the first revision passed",
+        lambda: (
+            condition({"status": bench_status(cluster, namespace, "noisy")}, "BenchmarkPassed").get(
+                "status"
+            )
+            == "True"
+        ),
+    )
+    cluster.kubectl(
+        "patch",
+        "vsvc",
+        "noisy",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"engine": {"maxNumSeqs": 8}}}),
+    )
+    second = next_job(cluster, namespace, after=first, what="the new revision's run")
+    new_rev = second["metadata"]["labels"]["serving.vllm-operator.dev/revision"]
+    new_args = get(cluster, namespace, "deployment", "noisy")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    with slow_first_byte(vllm_server.url, delay=3) as noisy_url:
+        assert play_job(cluster, namespace, second, noisy_url, tmp_path / "2") == 0
+    confirmation = confirmation_of(cluster, namespace, second)
+    st = bench_status(cluster, namespace, "noisy")
+    confirming = condition({"status": st}, "BenchmarkComplete")
+    assert (confirming["status"], confirming["reason"]) == ("False", "ConfirmingFailure")
+    assert "ttftP95Seconds" in confirming["message"]
+    assert condition({"status": st}, "BenchmarkPassed")["reason"] == "Confirming"
+    assert condition({"status": st}, "Degraded")["status"] == "False"
+    assert st["revision"] == new_rev  # nothing rolled back
+    assert play_job(cluster, namespace, confirmation, vllm_server.url, tmp_path / "3") == 0
+
+    def passed() -> dict[str, Any] | None:
+        s = bench_status(cluster, namespace, "noisy")
+        ok = condition({"status": s}, "BenchmarkPassed").get("status") == "True"
+        return s if ok else None
+
+    st = wait_for("the confirmation passed", passed, timeout=60)
+    assert st["revision"] == new_rev
+    assert st["benchmark"]["job"] == confirmation["metadata"]["name"]
+    assert st["benchmark"]["ttftP95Seconds"] < 2
+    assert "rolledBackTo" not in st["benchmark"]
+    assert condition({"status": st}, "Degraded")["status"] == "False"
+    assert condition({"status": st}, "BenchmarkComplete")["reason"] == "Measured"
+    dep = get(cluster, namespace, "deployment", "noisy")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == new_args
+    records = {
+        cm["metadata"]["name"]: cm["data"]
+        for cm in items(
+            cluster, namespace, "configmaps", "app.kubernetes.io/component=benchmark-record"
+        )
+    }
+    first_record = records[f"{second['metadata']['name']}-record"]
+    assert first_record["verdict"] == "Failed"
+    assert "ttftP95Seconds" in first_record["verdictFailures"]
+    assert records[f"{confirmation['metadata']['name']}-record"]["verdict"] == "Passed"
+    events = items(cluster, namespace, "events")
+    assert not any(e["reason"] == "BenchmarkRollback" for e in events)
+    assert any(e["reason"] == "ConfirmingFailure" for e in events)
 
 
 def test_disabled_benchmark_starts_no_job(
