@@ -17,8 +17,10 @@ permission is used by the run, except the few the test names with their reason.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +44,8 @@ RBAC_KINDS = {
     "RoleBinding",
     "ClusterKopfPeering",
     "KopfPeering",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 # server-side apply is a PATCH (the audit's verb); creating through it also needs `create`,
 # which the API server checks inside that request: it never shows as a verb of its own
@@ -207,6 +211,70 @@ def finish_run(cluster: LocalCluster, namespace: str, job: dict[str, Any], tmp: 
         )
 
 
+def as_account(
+    cluster: LocalCluster, kubeconfig: Path, obj: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """A server-side dry-run create of `obj` with the account of `kubeconfig`."""
+    return subprocess.run(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={kubeconfig}",
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(obj),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def check_admission_policies(cluster: LocalCluster, kubeconfig: Path, namespace: str) -> None:
+    labels = {"app": "intruder"}
+    pod: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "intruder", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+    # the control: an ordinary Deployment passes (RBAC allows it, the policies too)
+    ok = as_account(cluster, kubeconfig, deployment)
+    assert ok.returncode == 0, ok.stderr
+    variants = {
+        "another account": {"serviceAccountName": "admin"},
+        "privileged": {
+            "containers": [
+                {"name": "c", "image": "busybox", "securityContext": {"privileged": True}}
+            ]
+        },
+        "hostPath": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]},
+        "hostNetwork": {"hostNetwork": True},
+    }
+    for what, change in variants.items():
+        bad = copy.deepcopy(deployment)
+        bad["spec"]["template"]["spec"].update(change)
+        res = as_account(cluster, kubeconfig, bad)
+        assert res.returncode != 0, what
+        assert "ValidatingAdmissionPolicy" in res.stderr, f"{what}: {res.stderr}"
+    # a Role the operator could grant (it holds list on ConfigMaps) but never renders
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "intruder", "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
+    }
+    res = as_account(cluster, kubeconfig, role)
+    assert res.returncode != 0
+    assert "ValidatingAdmissionPolicy" in res.stderr, res.stderr
+
+
 def benchmark_state(cluster: LocalCluster, namespace: str, name: str) -> str:
     svc = get(cluster, namespace, "vllmservice", name)
     return str(condition(svc, "BenchmarkComplete").get("status"))
@@ -362,7 +430,11 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
             ),
         )
 
-        # 7. deletion: garbage collection removes the children; the operator lets go
+        # 7. the chart's admission policies: what RBAC lets the operator's account do and the
+        # policies do not (server-side dry runs as that account: admission runs, nothing stays)
+        check_admission_policies(cluster, tmp_path / "operator.kubeconfig", ns_b)
+
+        # 8. deletion: garbage collection removes the children; the operator lets go
         cluster.kubectl("delete", "vllmservice", "lp", "-n", ns_a, "--wait=true")
         time.sleep(5)  # a few drift-timer ticks (3 s) after the deletion, for the audit
     finally:
@@ -379,6 +451,15 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
     events = requests_of(cluster, user, since)
+    # nothing the operator itself sent was refused by the admission policies (the controls
+    # above were kubectl's)
+    denied = [
+        described(e)
+        for e in events
+        if "ValidatingAdmissionPolicy" in e.get("responseStatus", {}).get("message", "")
+        and not e.get("userAgent", "").startswith("kubectl")
+    ]
+    assert not denied, denied
     refusals = [e for e in events if refused_by_rbac(e)]
     expected = {described(e) for e in refused}
     unexpected = [described(e) for e in refusals if described(e) not in expected]

@@ -169,3 +169,25 @@ def test_the_default_render_matches_the_plain_manifests() -> None:
         "name": "vllm-operator-leader-election",
         "namespace": "vllm-operator-system",
     }
+
+
+def test_the_admission_policies_match_the_plain_manifests() -> None:
+    """deploy/admission-policy.yaml is the chart's rendering for the default release."""
+    plain = [
+        d
+        for d in yaml.safe_load_all((REPO_ROOT / "deploy" / "admission-policy.yaml").read_text())
+        if d
+    ]
+    chart = [d for d in template() if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert [(d["kind"], d["metadata"]["name"], d["spec"]) for d in plain] == [
+        (d["kind"], d["metadata"]["name"], d["spec"]) for d in chart
+    ]
+    users = {
+        c["expression"]
+        for d in chart
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        for c in d["spec"]["matchConditions"]
+    }
+    assert users == {
+        "request.userInfo.username == 'system:serviceaccount:vllm-operator-system:vllm-operator'"
+    }

@@ -41,6 +41,8 @@ def test_restricted_is_the_default(sample: str) -> None:
     assert {"name": "home", "emptyDir": {}} in p["volumes"]
     assert {"name": "home", "mountPath": "/root"} in c["volumeMounts"]
     assert c["env"][0] == {"name": "HOME", "value": "/root"}
+    # no API token in the vLLM pods (vLLM never calls the API)
+    assert p["automountServiceAccountToken"] is False
     # /dev/shm stays (vLLM's shared memory between processes, NCCL on GPUs)
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
 

@@ -168,6 +168,7 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                 ],
                 "terminationGracePeriodSeconds": 120,
                 "enableServiceLinks": False,
+                "automountServiceAccountToken": False,
                 # Pod Security "restricted"
                 "securityContext": {
                     "seccompProfile": {"type": "RuntimeDefault"},

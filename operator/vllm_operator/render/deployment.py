@@ -290,6 +290,9 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
             "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
             # a Service named like "vllm" would inject VLLM_PORT=tcp://..., which vLLM reads
             "enableServiceLinks": False,
+            # vLLM never calls the Kubernetes API: no token for whatever the namespace's default
+            # ServiceAccount may do
+            "automountServiceAccountToken": False,
             "securityContext": pod_security_context(settings),
             **_scheduling(spec),
         },
