@@ -293,11 +293,15 @@ class CandidateProcess:
         state = [e["event"] for e in self.events() if e["event"] in ("started", "stopped")]
         return bool(state) and state[-1] == "started"
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL, grace: float = 30.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(sig)
-            proc.wait(15)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
     @property
     def alive(self) -> bool:
@@ -332,21 +336,23 @@ def candidate_main(argv: list[str] | None = None) -> int:
         on_stopped_leading=lambda: _emit("stopped"),
     )
     _emit("identity", identity=elector.identity)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # a flag, not a threading.Event: Event.set() in a signal handler can deadlock on the lock
+    # the interrupted Event.wait() of the same (main) thread holds
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     elector.start()
     core = client.CoreV1Api(api)
     body = {"metadata": {"name": PROBE}, "data": {}}
     n = 0
     fenced_since: float | None = None
-    while not stop.is_set():
+    while not stopping:
         try:
             left = 5.0 if args.unfenced else elector.fence()
         except NotLeaderError:
             if fenced_since is None:
                 fenced_since = time.time()
                 _emit("fenced")
-            stop.wait(args.interval)
+            time.sleep(args.interval)
             continue
         fenced_since = None
         n += 1
@@ -358,7 +364,7 @@ def candidate_main(argv: list[str] | None = None) -> int:
             )
         except Exception as exc:  # noqa: BLE001 (report and go on: a replica survives errors)
             _emit("write-failed", error=f"{type(exc).__name__}: {str(exc)[:200]}")
-        stop.wait(args.interval)
+        time.sleep(args.interval)
     elector.stop()
     _emit("exit")
     return 0
