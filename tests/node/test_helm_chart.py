@@ -1,6 +1,7 @@
 """The Helm chart on the real node, nothing simulated: `helm install` with the images built
-here (never pulled) brings up two peered operator replicas from the operator image, in
-namespaced mode (Roles only, nothing cluster-scoped), and the CPU sample becomes Ready on the node;
+here (never pulled) brings up two operator replicas from the operator image, in
+namespaced mode (Roles only, nothing cluster-scoped; leader election on a Lease), and the CPU
+sample becomes Ready on the node in a namespace enforcing Pod Security "restricted";
 `helm uninstall` leaves the service serving.
 
 Run it alone, holding the host's real-node lock:
@@ -48,6 +49,8 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
     lc = real_cluster
     ns, rel_ns, release = f"helm-{uuid.uuid4().hex[:6]}", "vllm-helm-system", "vllm-helm"
     lc.kubectl("create", "namespace", ns)
+    # the vLLM pod runs under Pod Security "restricted" (non-root, the operator's default)
+    lc.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     model_volume.create(lc, ns)
     values = {
         "rbac": {"watchNamespaces": [ns]},
@@ -122,6 +125,10 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
             )
             raise
         ready_s = time.monotonic() - t1
+        # one of the two replicas leads, on the Lease in the release namespace (the chart's
+        # Role for it; POD_NAMESPACE from the downward API)
+        lease = json.loads(lc.kubectl("get", "lease", "vllm-operator", "-n", rel_ns, "-o", "json"))
+        assert lease["spec"].get("holderIdentity"), lease
         helm("uninstall", release, "-n", rel_ns, "--wait", kubeconfig=lc.kubeconfig)
         assert ready(lc, ns, "tiny-cpu")
         print(
