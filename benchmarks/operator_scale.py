@@ -59,7 +59,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_localenv.cluster import REPO_ROOT, GpuNode, LocalCluster, Ports
+from vllm_localenv.cluster import REPO_ROOT, ClusterError, GpuNode, LocalCluster, Ports
 from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess
 
 GROUP, VERSION, PLURAL = "serving.vllm-operator.dev", "v1alpha1", "vllmservices"
@@ -276,6 +276,8 @@ def metric_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
     out = {}
     for key, value in after.items():
         name = key.split("{", 1)[0]
+        if name.endswith("_created"):  # prometheus_client's creation timestamps
+            continue
         if name.endswith(("_total", "_count", "_sum")):
             delta = value - before.get(key, 0.0)
             if delta:
@@ -437,12 +439,19 @@ def install_from(cluster: LocalCluster, root: Path) -> None:
         path = root / "crds" / crd
         if path.exists():
             cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/vllmservices.serving.vllm-operator.dev",
-    )
+    for attempt in range(10):  # `kubectl wait` fails at once while the CRD has no conditions
+        try:
+            cluster.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/vllmservices.serving.vllm-operator.dev",
+            )
+            break
+        except ClusterError:
+            if attempt == 9:
+                raise
+            time.sleep(1)
     rbac = root / "deploy" / "rbac.yaml"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(rbac))
 
