@@ -173,6 +173,12 @@ def slow_first_byte(url: str, delay: float) -> Iterator[str]:
             loop.call_soon_threadsafe(task.cancel)
 
 
+def target_pods(job: dict[str, Any]) -> set[str]:
+    """The pod a run measures, as its Job's annotation names it ("<pod> <url>")."""
+    note = (job["metadata"].get("annotations") or {}).get("serving.vllm-operator.dev/target-pod")
+    return {note.split()[0]} if note else set()
+
+
 def bench_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
     return dict((get(cluster, namespace, "vllmservice", name) or {}).get("status", {}))
 
@@ -206,7 +212,10 @@ def test_a_finished_rollout_is_benchmarked_and_the_results_kept(
     assert c["resources"]["limits"]["memory"] == "2Gi"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     args = c["args"]
-    assert args[args.index("--url") + 1] == f"http://bench.{namespace}.svc.cluster.local:8000"
+    # one Ready pod of the revision, measured directly at its IP (not the Service)
+    pods = items(cluster, namespace, "pods", "app.kubernetes.io/instance=bench")
+    ips = {p["status"].get("podIP") for p in pods if p["metadata"]["name"] in target_pods(job)}
+    assert args[args.index("--url") + 1] in {f"http://{ip}:8000" for ip in ips}
     assert args[args.index("--model") + 1] == "tiny"
     role = get(cluster, namespace, "role", "bench-bench")
     assert role is not None
