@@ -96,6 +96,42 @@ def publish_result(
     return str(rev)
 
 
+def publish_confirmation(
+    cluster: LocalCluster, namespace: str, name: str, rev: str, tokens_per_second: float
+) -> None:
+    """Plays the runner of the run that confirms `rev`'s failed verdict (a second run of the
+    same revision, named `<name>-bench-<rev>-<4 hex>`): one failed run never rolls back."""
+    prefix = f"{name}-bench-{rev[:8]}-"
+    runs = "app.kubernetes.io/component=benchmark"
+    run = wait_for(
+        "the confirmation run",
+        lambda: next(
+            (
+                cm["metadata"]["name"]
+                for cm in items(cluster, namespace, "configmaps", runs)
+                if cm["metadata"]["name"].startswith(prefix)
+            ),
+            None,
+        ),
+        timeout=90,
+    )
+    result = {
+        "status": "ok",
+        "finishedAt": "2030-01-01T00:01:00Z",
+        "headline": {"outputTokensPerSecond": tokens_per_second, "ttftP95Seconds": 0.05},
+    }
+    cluster.kubectl(
+        "patch",
+        "configmap",
+        run,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"result.json": json.dumps(result)}}),
+    )
+
+
 def test_no_stale_benchmark_keys_across_revisions_and_rollbacks_and_no_op_resyncs_write_nothing(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str
 ) -> None:
@@ -118,6 +154,7 @@ def test_no_stale_benchmark_keys_across_revisions_and_rollbacks_and_no_op_resync
     patch_spec(cluster, namespace, "truth", {"engine": {"maxNumSeqs": 8}})
     rev_b = publish_result(cluster, namespace, "truth", 1.0)
     assert rev_b != rev_a
+    publish_confirmation(cluster, namespace, "truth", rev_b, 1.0)
     st = wait_for(
         "the rollback to A",
         lambda: (
