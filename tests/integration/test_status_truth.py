@@ -308,7 +308,64 @@ def test_a_denied_apply_is_in_the_status_with_one_event_and_retried_with_back_of
     assert len(events(cluster, namespace, "minimal", "Ready")) == 1
 
 
-@pytest.mark.parametrize("barrier", ["resource-quota", "pod-security"])
+POD_POLICY_MESSAGE = "pods of this namespace are refused by a test's admission policy"
+
+
+def deny_pods(cluster: LocalCluster, namespace: str) -> None:
+    """A ValidatingAdmissionPolicy refusing every Pod in `namespace` (what a webhook or a
+    policy engine does). Pod Security no longer serves as the barrier: the operator's pods
+    pass "restricted" (tests/integration/test_pod_security.py)."""
+    name = f"deny-pods-{namespace}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "false", "message": POD_POLICY_MESSAGE}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    for obj in (policy, binding):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+    def denied() -> bool:  # the policy is in force once the API server has loaded it
+        out = cluster.kubectl(
+            "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False
+        )
+        return "created" not in out
+
+    wait_for("the pod policy to be in force", denied, timeout=30)
+
+
+@pytest.mark.parametrize("barrier", ["resource-quota", "admission-policy"])
 def test_pods_that_cannot_be_created_are_reported(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str, barrier: str
 ) -> None:
@@ -330,10 +387,8 @@ def test_pods_that_cannot_be_created_are_reported(
         )
         expected = "exceeded quota"
     else:
-        cluster.kubectl(
-            "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
-        )
-        expected = "PodSecurity"
+        deny_pods(cluster, namespace)
+        expected = POD_POLICY_MESSAGE
     apply(cluster, namespace, sample("minimal"))
 
     def failed_create() -> dict[str, Any] | None:
