@@ -5,7 +5,6 @@ result document (schema, status, exit codes) and the report made from a document
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import math
 import time
@@ -268,17 +267,20 @@ def test_arguments() -> None:
 
 
 def test_budget_spaces_request_starts_and_stops_at_the_deadline() -> None:
-    async def starts(budget: Budget, n: int) -> list[float]:
+    async def starts(budget: Budget, n: int) -> tuple[float, list[float]]:
+        first_call = time.monotonic()
         times = []
         for _ in range(n):
             await budget.start_request()
             times.append(time.monotonic())
-        return times
+        return first_call, times
 
-    times = asyncio.run(starts(Budget(60, max_rps=20), 6))
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) >= 0.045  # 1/20 s, less timer slack
-    assert times[-1] - times[0] >= 0.24
+    first_call, times = asyncio.run(starts(Budget(60, max_rps=20), 6))
+    # the i-th start is never before its slot, i/20 s after the first call; a busy machine
+    # only wakes a start later than its slot (the next slot stays on the schedule, so the
+    # gap between two wake-ups may be shorter: only the schedule is a property of the code)
+    for i, started in enumerate(times):
+        assert started - first_call >= i / 20 - 0.005, (i, started - first_call)
 
     async def past_deadline() -> None:
         budget = Budget(0.2, max_rps=5)  # the third start would be at 0.4 s
