@@ -44,6 +44,11 @@ WATCHED: tuple[tuple[str, str, bool], ...] = (
 
 Key = tuple[str, str]
 
+# Labels the cache indexes (per namespace): every list the reconcile makes selects on one of
+# them (the service label; the pods' instance label), so a list costs what the service owns,
+# not a scan of every object of the kind (which made each resync O(services^2)).
+INDEXED = (SERVICE_LABEL, "app.kubernetes.io/instance")
+
 # Fields whose change alone wakes no one: the HPA controller rewrites currentMetrics at every
 # sync (15 s) while nothing the reconcile reports (conditions, replica counts) changes; at a
 # thousand services that would be a reconcile per HPA per sync, for nothing.
@@ -98,6 +103,11 @@ def _same(kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     return view(old) == view(new)
 
 
+def _entries(key: Key, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    labels = obj["metadata"].get("labels") or {}
+    return [(key[0], label, labels[label]) for label in INDEXED if label in labels]
+
+
 def _key(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
     return str(meta.get("namespace", "")), str(meta["name"])
@@ -137,6 +147,7 @@ class Informer:
         self.synced = threading.Event()
         self.relists = 0  # lists after the first (410 Gone, errors): for tests and logs
         self._store: dict[Key, dict[str, Any]] = {}
+        self._index: dict[tuple[str, str, str], set[Key]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._version = ""
@@ -165,12 +176,35 @@ class Informer:
 
     def select(self, namespace: str | None, wanted: dict[str, str]) -> list[dict[str, Any]]:
         with self._lock:
-            return [
-                obj
-                for (ns, _), obj in self._store.items()
-                if (namespace is None or ns == namespace)
-                and matches(obj["metadata"].get("labels"), wanted)
-            ]
+            label = next((k for k in INDEXED if k in wanted), None)
+            if namespace is not None and label is not None:
+                keys = self._index.get((namespace, label, wanted[label]), set())
+                candidates = [self._store[k] for k in sorted(keys)]
+            else:
+                candidates = [
+                    obj
+                    for (ns, _), obj in self._store.items()
+                    if namespace is None or ns == namespace
+                ]
+            return [obj for obj in candidates if matches(obj["metadata"].get("labels"), wanted)]
+
+    def _put(self, key: Key, obj: dict[str, Any]) -> None:
+        """Stores `obj` and indexes it (the caller holds the lock)."""
+        self._drop(key)
+        self._store[key] = obj
+        for entry in _entries(key, obj):
+            self._index.setdefault(entry, set()).add(key)
+
+    def _drop(self, key: Key) -> None:
+        old = self._store.pop(key, None)
+        if old is None:
+            return
+        for entry in _entries(key, old):
+            keys = self._index.get(entry)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._index[entry]
 
     def keys(self) -> list[Key]:
         with self._lock:
@@ -184,11 +218,11 @@ class Informer:
         obj = _slim(obj, self.api_version, self.kind)
         with self._lock:
             if _newer(obj, self._store.get(_key(obj))):
-                self._store[_key(obj)] = obj
+                self._put(_key(obj), obj)
 
     def removed(self, namespace: str, name: str) -> None:
         with self._lock:
-            self._store.pop((namespace, name), None)
+            self._drop((namespace, name))
 
     # -- list and watch -----------------------------------------------------------------------
 
@@ -228,7 +262,9 @@ class Informer:
                 break
         fresh = {_key(o): _slim(o, self.api_version, self.kind) for o in items}
         with self._lock:
-            old, self._store = self._store, fresh
+            old, self._store, self._index = self._store, {}, {}
+            for key, obj in fresh.items():
+                self._put(key, obj)
             self._version = str(page.get("metadata", {}).get("resourceVersion", ""))
         self.synced.set()
         # what changed while the watch was down (everything, the first time)
@@ -272,9 +308,9 @@ class Informer:
         with self._lock:
             before = self._store.get(key)
             if kind == "DELETED":
-                self._store.pop(key, None)
+                self._drop(key)
             elif _newer(obj, before):
-                self._store[key] = obj
+                self._put(key, obj)
             self._version = version or self._version
         metrics.WATCH_EVENTS.labels(self.kind).inc()
         if kind == "DELETED" or not _same(self.kind, before, obj):

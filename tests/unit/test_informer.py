@@ -157,3 +157,28 @@ def test_an_hpa_metrics_refresh_updates_the_cache_but_wakes_no_one() -> None:
     }
     inf._handle({"type": "MODIFIED", "object": hpa(3, "30", 2)})  # a scaling decision
     assert woken == [("ADDED", "1"), ("MODIFIED", "3")]
+
+
+def test_lists_come_from_the_index_and_follow_label_changes() -> None:
+    inf = _informer()
+    svc = "serving.vllm-operator.dev/service"
+    for i, owner in enumerate(["a", "a", "b"]):
+        inf._handle({"type": "ADDED", "object": _cm(f"cm{i}", i + 1, {**OURS, svc: owner})})
+    inf._handle({"type": "ADDED", "object": _cm("cm9", 9, {**OURS, svc: "a"})})
+    names = [o["metadata"]["name"] for o in inf.select("ns", {svc: "a"})]
+    assert names == ["cm0", "cm1", "cm9"]
+    # an object relabelled to another owner moves in the index
+    inf._handle({"type": "MODIFIED", "object": _cm("cm1", 10, {**OURS, svc: "b"})})
+    assert [o["metadata"]["name"] for o in inf.select("ns", {svc: "b"})] == ["cm1", "cm2"]
+    assert [o["metadata"]["name"] for o in inf.select("ns", {svc: "a"})] == ["cm0", "cm9"]
+    # further terms of the selector still apply; a deletion leaves the index
+    assert inf.select("ns", {svc: "a", "x": "y"}) == []
+    inf._handle({"type": "DELETED", "object": _cm("cm0", 11, {**OURS, svc: "a"})})
+    assert [o["metadata"]["name"] for o in inf.select("ns", {svc: "a"})] == ["cm9"]
+    # selectors without an indexed label scan the namespace
+    assert len(inf.select("ns", {"app.kubernetes.io/managed-by": "vllm-operator"})) == 3
+    assert inf.select("elsewhere", {svc: "b"}) == []
+    assert inf._index == {
+        ("ns", svc, "a"): {("ns", "cm9")},
+        ("ns", svc, "b"): {("ns", "cm1"), ("ns", "cm2")},
+    }
