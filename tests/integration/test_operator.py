@@ -7,6 +7,7 @@ import itertools
 import json
 import signal
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.support import SAMPLES, apply, condition, container, get, items, ready, sample, wait_for
-from vllm_localenv.cluster import LocalCluster
-from vllm_localenv.operator_process import OperatorProcess
+from vllm_localenv.cluster import AUDITED_NAMESPACE, LocalCluster
+from vllm_localenv.operator_process import OPERATOR_NAMESPACE, OperatorProcess
+from vllm_operator.informer import MANAGED_SELECTOR
 
 pytestmark = pytest.mark.cluster
 SELECTOR = "serving.vllm-operator.dev/service"
@@ -428,3 +430,83 @@ def test_operator_metrics_queue_duration_and_requests_by_verb(
     assert after.get('vllm_operator_api_requests_total{verb="list"}', 0) >= 1
     assert after.get('vllm_operator_api_requests_total{verb="watch"}', 0) >= 1
     assert after.get('vllm_operator_watch_events_total{kind="Deployment"}', 0) >= 1
+
+
+def test_a_standby_watches_only_what_it_owns_and_writes_nothing(
+    operator: OperatorProcess, cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A second replica, as an audited ServiceAccount with the operator's RBAC, competing for
+    the session operator's Lease: it stands by. The audit log shows its child watches (the
+    positive control that it ran), each with the server-side label selector, and no write."""
+    account = f"standby-{namespace[-6:]}"
+    cluster.kubectl("create", "namespace", AUDITED_NAMESPACE, check=False)
+    cluster.kubectl("create", "serviceaccount", account, "-n", AUDITED_NAMESPACE)
+    subject = f"--serviceaccount={AUDITED_NAMESPACE}:{account}"
+    cluster.kubectl("create", "clusterrolebinding", account, "--clusterrole=vllm-operator", subject)
+    cluster.kubectl(
+        "create",
+        "rolebinding",
+        account,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--role=vllm-operator-leader-election",
+        subject,
+    )
+    kubeconfig = cluster.service_account_kubeconfig(
+        AUDITED_NAMESPACE, account, tmp_path / "audited-account.kubeconfig"
+    )
+    standby = OperatorProcess(
+        cluster,
+        tmp_path / "standby.log",
+        extra_env={"KUBECONFIG": str(kubeconfig), "VLLM_OPERATOR_NAMESPACES": namespace},
+    )
+    user = f"system:serviceaccount:{AUDITED_NAMESPACE}:{account}"
+    since = time.time()
+    standby.start()
+    try:
+        apply(cluster, namespace, sample("minimal"))
+        wait_ready(cluster, namespace, "minimal")  # the session operator, the leader, did it
+        wanted = {
+            "deployments",
+            "services",
+            "horizontalpodautoscalers",
+            "poddisruptionbudgets",
+            "jobs",
+            "configmaps",
+            "pods",
+        }
+
+        def child_watches() -> list[dict[str, Any]]:
+            seen = [
+                e
+                for e in _requests_by(cluster.audit_log, user, since)
+                if e.get("objectRef", {}).get("namespace") == namespace
+            ]
+            watched = {e["objectRef"]["resource"] for e in seen if e["verb"] == "watch"}
+            return seen if wanted <= watched else []
+
+        mine = wait_for("the standby's child watches", child_watches, timeout=60)
+        children = [e for e in mine if e["objectRef"]["resource"] in wanted]
+        assert {e["verb"] for e in children} == {"list", "watch"}
+        selectors = {
+            tuple(
+                urllib.parse.parse_qs(urllib.parse.urlsplit(e["requestURI"]).query).get(
+                    "labelSelector", []
+                )
+            )
+            for e in children
+        }
+        assert selectors == {(MANAGED_SELECTOR,)}
+        writes = [
+            (e["verb"], e.get("objectRef", {}).get("resource"))
+            for e in _requests_by(cluster.audit_log, user, since)
+            if e["verb"] in ("create", "update", "patch", "delete")
+            and e.get("objectRef", {}).get("resource") != "leases"
+        ]
+        assert writes == []
+        assert "minimal" not in standby.log_path.read_text()  # it reconciled nothing
+    finally:
+        standby.stop()
+        cluster.kubectl("delete", "clusterrolebinding", account, check=False)
+        cluster.kubectl("delete", "rolebinding", account, "-n", OPERATOR_NAMESPACE, check=False)
+        cluster.kubectl("delete", "serviceaccount", account, "-n", AUDITED_NAMESPACE, check=False)
