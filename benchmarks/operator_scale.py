@@ -523,7 +523,8 @@ class Bench:
         verbs = by_verb(reqs)
         writes = sum(1 for r in reqs if r.verb in WRITE_VERBS and r.resource not in COORDINATION)
         coordination = sum(1 for r in reqs if r.verb in WRITE_VERBS and r.resource in COORDINATION)
-        reads = sum(n for v, n in verbs.items() if v in READ_VERBS)
+        # the Lease's get before each renewal is the replicas' coordination, not per service
+        reads = sum(1 for r in reqs if r.verb in READ_VERBS and r.resource not in COORDINATION)
         n, p = max(self.services_total, 1), self.periods
         metrics = metric_delta(m0, m1)
         reconciles = sum(v for k, v in metrics.items() if k.startswith(RECONCILES_METRIC))
