@@ -32,7 +32,10 @@ uncommitted edits cannot change. `--ladder 100 --unrelated-configmaps 0
 --unrelated-deployments 0` is the earlier "100 services on an empty cluster" measurement.
 
 It starts its own cluster in .state/bench-operator-scale on free ports (fake 64-GPU nodes, enough
-for every service and its benchmark pod), without the metrics pipeline, and stops it at the end.
+for every service and its benchmark pod; a /16 service range, since a /24 holds only 254
+ClusterIPs), without the metrics pipeline, and stops it at the end. Results of 2026-11-30:
+benchmarks/results/operator/ (before.json and before-1000.json: the operator at 7ed28c4;
+after.json: at aa87d14) and the README's "The operator at fleet scale".
 """
 
 from __future__ import annotations
