@@ -96,6 +96,8 @@ class BenchCluster(LocalCluster):
     included, so reads per resync and the operator's watch requests can be counted) and
     nothing else (the benchmark's own 11,000 creates would only fill the log)."""
 
+    controller_qps = 0  # 0: kube-controller-manager's default client rate
+
     def _audit_policy(self) -> Path:
         policy = {
             "apiVersion": "audit.k8s.io/v1",
@@ -113,6 +115,10 @@ class BenchCluster(LocalCluster):
             args = [
                 SERVICE_RANGE if a.startswith("--service-cluster-ip-range=") else a for a in args
             ]
+        if name == "kube-controller-manager" and self.controller_qps:
+            # its client's default 20 requests/s (burst 30) paces ReplicaSets, pods and Jobs
+            qps = self.controller_qps
+            args = [*args, f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
         return super()._spawn(state, name, args, exe)
 
 
@@ -571,6 +577,20 @@ class Bench:
         watcher.stop()
         ready = [watcher.ready_at[n] - t0 for n in names if n in watcher.ready_at]
         own = [watcher.ready_wall[n] - created[n] for n in names if n in watcher.ready_at]
+        # where the time goes: the operator's first write of each Deployment (from the
+        # service's create), then the cluster's rollout until the operator reports Ready
+        first_write: dict[str, float] = {}
+        for r in self.audit.between(wall0, time.time() + 1):
+            if r.resource == "apps/deployments" and r.verb in ("create", "patch", "update"):
+                name = urllib.parse.urlsplit(r.uri).path.rsplit("/", 1)[-1]
+                if name in created and name not in first_write:
+                    first_write[name] = r.t
+        to_write = [first_write[n] - created[n] for n in names if n in first_write]
+        write_to_ready = [
+            watcher.ready_wall[n] - first_write[n]
+            for n in names
+            if n in first_write and n in watcher.ready_wall
+        ]
         settle = self.settle(quiet=20.0, limit=300)
         last = settle.pop("last_write")
         result: dict[str, Any] = {
@@ -590,6 +610,14 @@ class Bench:
                 "p50": round(pct(own, 50), 2) if own else None,
                 "p95": round(pct(own, 95), 2) if own else None,
                 "max": round(max(own), 2) if own else None,
+            },
+            "create_to_deployment_write_seconds": {
+                "p50": round(pct(to_write, 50), 2) if to_write else None,
+                "p95": round(pct(to_write, 95), 2) if to_write else None,
+            },
+            "deployment_write_to_ready_seconds": {
+                "p50": round(pct(write_to_ready, 50), 2) if write_to_ready else None,
+                "p95": round(pct(write_to_ready, 95), 2) if write_to_ready else None,
             },
             "converged_seconds": round(last - wall0, 1) if last else None,
             "settle": settle,
@@ -632,6 +660,9 @@ def main() -> int:
     parser.add_argument("--periods", type=int, default=1, help="resync intervals measured")
     parser.add_argument("--ready-timeout", type=float, default=1500.0)
     parser.add_argument("--operator-source", help="git revision of the operator (default: tree)")
+    parser.add_argument(
+        "--controller-qps", type=int, default=0, help="kube-controller-manager's --kube-api-qps"
+    )
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
@@ -670,6 +701,7 @@ def main() -> int:
         GpuNode(f"gpu-node-{i}", gpus=gpus, cpu="1000", memory="8000Gi") for i in range(count)
     )
     cluster = BenchCluster(state_dir=STATE_DIR, ports=Ports.free(), nodes=nodes, monitoring=False)
+    cluster.controller_qps = args.controller_qps
     cluster.reset()
     results["nodes"] = {"count": count, "gpus_each": gpus}
     try:
