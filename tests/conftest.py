@@ -87,3 +87,17 @@ def operator(
     yield proc
     SESSION_OPERATORS.remove(proc)
     proc.stop()
+
+
+@pytest.fixture
+def no_other_operator() -> Iterator[None]:
+    """The session's operator (below), when an earlier test started it, watches every
+    namespace and would reconcile a test's service before the operator that test runs itself
+    (the chart's, one under narrower RBAC): it is stopped for that test and started again
+    after."""
+    running = [op for op in SESSION_OPERATORS if op.pid is not None]
+    for op in running:
+        op.stop()
+    yield
+    for op in running:
+        op.start()

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.chart_support import CHART, find, helm, set_args, template
-from tests.support import SAMPLES, SESSION_OPERATORS, condition, get, items, ready, wait_for
+from tests.support import SAMPLES, condition, get, items, ready, wait_for
 from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster
 from vllm_localenv.vllm_server import free_port
 
@@ -311,19 +311,6 @@ def no_leftover_release(cluster: LocalCluster) -> Iterator[None]:
     uninstall_release(cluster)
     yield
     uninstall_release(cluster)
-
-
-@pytest.fixture
-def no_other_operator() -> Iterator[None]:
-    """The session's operator (tests/conftest.py), when an earlier test started it, watches
-    every namespace and would reconcile this test's service before the chart's operator: it is
-    stopped for this test and started again after."""
-    running = [op for op in SESSION_OPERATORS if op.pid is not None]
-    for op in running:
-        op.stop()
-    yield
-    for op in running:
-        op.start()
 
 
 @pytest.mark.usefixtures("no_leftover_release", "no_other_operator")

@@ -285,6 +285,7 @@ def exists(cluster: LocalCluster, namespace: str, kind: str, name: str) -> bool:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("no_other_operator")  # its requests are not the chart operator's
 @pytest.mark.parametrize("mode", ["namespaced", "cluster-wide"])
 def test_the_operator_needs_no_permission_beyond_the_charts(
     prepared: LocalCluster, tmp_path: Path, mode: str
