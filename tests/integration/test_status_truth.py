@@ -200,28 +200,25 @@ def test_ready_is_announced_once_for_one_rollout(
 # ---- 2. failures reach the status -----------------------------------------------------------
 
 
-@pytest.fixture
-def deny_deployments(cluster: LocalCluster, namespace: str) -> Iterator[str]:
-    """A ValidatingAdmissionPolicy denying Deployments in this test's namespace; yields the
-    binding's name (delete it to lift the denial)."""
-    name = f"deny-deployments-{namespace}"
+def deny_in_namespace(
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    rule: dict[str, Any],
+    message: str,
+    probe: dict[str, Any],
+) -> None:
+    """A ValidatingAdmissionPolicy refusing requests matching `rule` in `namespace` with
+    `message` (what a webhook or a policy engine does), bound as `name`; returns once a
+    server-side dry run of `probe` is refused (the API server has loaded the policy)."""
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["apps"],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["deployments"],
-                    }
-                ]
-            },
-            "validations": [{"expression": "false", "message": POLICY_MESSAGE}],
+            "matchConstraints": {"resourceRules": [rule]},
+            "validations": [{"expression": "false", "message": message}],
         },
     }
     binding = {
@@ -238,26 +235,45 @@ def deny_deployments(cluster: LocalCluster, namespace: str) -> Iterator[str]:
     }
     for obj in (policy, binding):
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
-    probe = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "probe", "namespace": namespace},
-        "spec": {
-            "selector": {"matchLabels": {"a": "b"}},
-            "template": {
-                "metadata": {"labels": {"a": "b"}},
-                "spec": {"containers": [{"name": "c", "image": "x"}]},
-            },
-        },
-    }
 
-    def denied() -> bool:  # the policy is in force once the API server has loaded it
+    def denied() -> bool:
         out = cluster.kubectl(
             "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False
         )
         return "created" not in out
 
-    wait_for("the policy to be in force", denied, timeout=30)
+    wait_for(f"the policy {name} to be in force", denied, timeout=30)
+
+
+@pytest.fixture
+def deny_deployments(cluster: LocalCluster, namespace: str) -> Iterator[str]:
+    """A policy denying Deployments in this test's namespace; yields the binding's name
+    (delete it to lift the denial)."""
+    name = f"deny-deployments-{namespace}"
+    deny_in_namespace(
+        cluster,
+        namespace,
+        name,
+        {
+            "apiGroups": ["apps"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["deployments"],
+        },
+        POLICY_MESSAGE,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "probe", "namespace": namespace},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+            },
+        },
+    )
     yield name
     cluster.kubectl("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found")
     cluster.kubectl("delete", "validatingadmissionpolicy", name, "--ignore-not-found")
@@ -312,57 +328,21 @@ POD_POLICY_MESSAGE = "pods of this namespace are refused by a test's admission p
 
 
 def deny_pods(cluster: LocalCluster, namespace: str) -> None:
-    """A ValidatingAdmissionPolicy refusing every Pod in `namespace` (what a webhook or a
-    policy engine does). Pod Security no longer serves as the barrier: the operator's pods
-    pass "restricted" (tests/integration/test_pod_security.py)."""
-    name = f"deny-pods-{namespace}"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ]
-            },
-            "validations": [{"expression": "false", "message": POD_POLICY_MESSAGE}],
+    """A policy refusing every Pod in `namespace`. Pod Security no longer serves as the
+    barrier: the operator's pods pass "restricted" (tests/integration/test_pod_security.py)."""
+    deny_in_namespace(
+        cluster,
+        namespace,
+        f"deny-pods-{namespace}",
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+        POD_POLICY_MESSAGE,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe", "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
         },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            },
-        },
-    }
-    for obj in (policy, binding):
-        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe", "namespace": namespace},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
-
-    def denied() -> bool:  # the policy is in force once the API server has loaded it
-        out = cluster.kubectl(
-            "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False
-        )
-        return "created" not in out
-
-    wait_for("the pod policy to be in force", denied, timeout=30)
+    )
 
 
 @pytest.mark.parametrize("barrier", ["resource-quota", "admission-policy"])
