@@ -51,6 +51,7 @@ from vllm_localenv.ha import (
     Partition,
     audit_writes,
     kubeconfig_via,
+    lease_rbac,
     restart_apiserver,
     write_runs,
 )
@@ -62,22 +63,7 @@ from vllm_localenv.operator_process import (
 )
 
 STATE_DIR = REPO_ROOT / ".state" / "bench-ha-failover"
-LEASE_RBAC = f"""
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: vllm-operator-ha-bench, namespace: {OPERATOR_NAMESPACE}}}
-rules:
-  - apiGroups: [coordination.k8s.io]
-    resources: [leases]
-    verbs: [get, create, update]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: vllm-operator-ha-bench, namespace: {OPERATOR_NAMESPACE}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: vllm-operator-ha-bench}}
-subjects:
-  - {{kind: ServiceAccount, name: {OPERATOR_ACCOUNT}, namespace: {OPERATOR_NAMESPACE}}}
-"""
+LEASE_RBAC = lease_rbac("vllm-operator-ha-bench")
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:

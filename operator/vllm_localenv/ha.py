@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster
+from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE
 
 # ---- the partition --------------------------------------------------------------------
 
@@ -372,3 +373,24 @@ def candidate_main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(candidate_main())
+
+
+def lease_rbac(name: str) -> str:
+    """A Role + RoleBinding (both `name`) letting the operator's ServiceAccount hold Leases in
+    the operator's namespace: what candidates started outside the chart need."""
+    return f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}, namespace: {OPERATOR_NAMESPACE}}}
+rules:
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, create, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}, namespace: {OPERATOR_NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects:
+  - {{kind: ServiceAccount, name: {OPERATOR_ACCOUNT}, namespace: {OPERATOR_NAMESPACE}}}
+"""

@@ -23,6 +23,7 @@ from vllm_localenv.ha import (
     Write,
     audit_writes,
     kubeconfig_via,
+    lease_rbac,
     restart_apiserver,
     write_runs,
 )
@@ -35,22 +36,7 @@ DURATION, DEADLINE, RETRY = 6.0, 4.0, 1.0
 # last renewal; the rest is slack for a loaded machine
 TAKEOVER_BOUND = DURATION + 2 * RETRY + 10
 
-LEASE_RBAC = f"""
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: vllm-operator-ha-test, namespace: {OPERATOR_NAMESPACE}}}
-rules:
-  - apiGroups: [coordination.k8s.io]
-    resources: [leases]
-    verbs: [get, create, update]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: vllm-operator-ha-test, namespace: {OPERATOR_NAMESPACE}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: vllm-operator-ha-test}}
-subjects:
-  - {{kind: ServiceAccount, name: {OPERATOR_ACCOUNT}, namespace: {OPERATOR_NAMESPACE}}}
-"""
+LEASE_RBAC = lease_rbac("vllm-operator-ha-test")
 
 
 @pytest.fixture(scope="module")
