@@ -27,6 +27,7 @@ from typing import Any
 
 from vllm_operator import GROUP, VERSION, metrics
 from vllm_operator.apply import ApplyError, Writer
+from vllm_operator.events import EventRecorder
 from vllm_operator.informer import Cache
 from vllm_operator.kube import Kube
 from vllm_operator.reconcile import Outcome, reconcile
@@ -68,6 +69,7 @@ class Controller:
             timeout_seconds=settings.watch_timeout_seconds,
         )
         self.workers = workers
+        self.events = EventRecorder(writer)  # posted beside the reconciles, in order
         self.active = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -79,6 +81,7 @@ class Controller:
     def start(self) -> None:
         self.writer.cache = self.cache  # answers only once a kind's watch has listed
         self.cache.start()
+        self.events.start()
         for i in range(self.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             thread.start()
@@ -91,6 +94,7 @@ class Controller:
         self.cache.stop()
         for thread in self._threads:
             thread.join(timeout=35)
+        self.events.stop()  # what the last reconciles reported, for up to 5 s
 
     def set_active(self, active: bool) -> None:
         """Opens or closes the gate. Opening enqueues every known service: while closed,
@@ -187,7 +191,7 @@ class Controller:
             return Result.GONE
         outcome = reconcile(fresh, self.writer, self.settings)
         for event in outcome.events:
-            self.writer.post_event(fresh, event.type, event.reason, event.message)
+            self.events.record(fresh, event.type, event.reason, event.message)
         return self._record(namespace, name, outcome)
 
     @staticmethod

@@ -77,6 +77,10 @@ API_REQUESTS = Counter(
     "Requests to the Kubernetes API by verb (get, list, watch, create, patch, delete)",
     ("verb",),
 )
+EVENTS_DROPPED = Counter(
+    "vllm_operator_events_dropped",
+    "Kubernetes Events not posted because too many waited to be posted (events.EventRecorder)",
+)
 WATCH_EVENTS = Counter(
     "vllm_operator_watch_events",
     "Events the operator's child watches received, by kind (server-side label-selected)",
