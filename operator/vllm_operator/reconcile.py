@@ -26,7 +26,7 @@ from vllm_operator.benchmarking import carry_out
 from vllm_operator.gates import Run
 from vllm_operator.observe import observe
 from vllm_operator.observed import BenchView, Observed
-from vllm_operator.policy import Plan, decide, describe, restorable
+from vllm_operator.policy import Plan, Start, decide, describe, restorable
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import REVISION_LABEL, revision
 from vllm_operator.render.deployment import (
@@ -190,7 +190,7 @@ def _pipeline(
     scaling = next((c for c in hpa_conditions if c.get("type") == "ScalingActive"), None)
     return Outcome(
         tuple(changes),
-        tuple(_events(old_status, status, changes)),
+        tuple(_events(old_status, status, changes, plan.start)),
         runs=tuple(after.runs),
         rolled_back_to=plan.rolled_back_to,
         scaling_active=scaling.get("status") if scaling else None,
@@ -235,11 +235,35 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
     )
 
 
-def _events(old: dict[str, Any], new: dict[str, Any], changes: list[Change]) -> list[Event]:
-    events = [
-        Event("Normal", f"{c.kind}{c.action.capitalize()}", f"{c.kind} {c.name} {c.action}")
-        for c in changes
-    ]
+# What a benchmark run is made of besides its Job (its account and its two ConfigMaps): their
+# writes are reported as the one BenchmarkStarted event, not one event each
+RUN_PARTS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ConfigMap"})
+
+
+def _events(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    changes: list[Change],
+    start: Start | None = None,
+) -> list[Event]:
+    events = []
+    for c in changes:
+        if c.kind in RUN_PARTS:
+            continue
+        # the one Job a reconcile creates is its run's (carry_out: plan.start)
+        if start is not None and c.kind == "Job" and c.action != "deleted":
+            where = f"pod {start.target.pod}" if start.target is not None else "the Service"
+            events.append(
+                Event(
+                    "Normal",
+                    "BenchmarkStarted",
+                    f"Job {c.name} measures revision {start.revision} on {where}",
+                )
+            )
+            continue
+        events.append(
+            Event("Normal", f"{c.kind}{c.action.capitalize()}", f"{c.kind} {c.name} {c.action}")
+        )
     before = {c["type"]: c for c in old.get("conditions", [])}
     for c in new.get("conditions", []):
         prev = before.get(c["type"])

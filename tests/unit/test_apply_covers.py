@@ -11,6 +11,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.unit.builders import service
 from vllm_operator.apply import Change, Writer, covers
+from vllm_operator.benchtarget import Target
+from vllm_operator.policy import Start
 from vllm_operator.reconcile import Event, _events
 from vllm_operator.render.deployment import render_deployment
 from vllm_operator.settings import OperatorSettings
@@ -349,3 +351,22 @@ def test_change_events_come_before_condition_events() -> None:
         Event("Normal", "DeploymentUpdated", "Deployment x updated"),
         Event("Normal", "Ready", "2/2 replicas serve m"),
     ]
+
+
+def test_a_run_started_is_one_event_not_one_per_part() -> None:
+    changes = [
+        Change("ConfigMap", "m-bench-abc-record", "created"),
+        Change("ConfigMap", "m-bench-abc", "created"),
+        Change("ServiceAccount", "m-bench", "created"),
+        Change("Role", "m-bench", "updated"),
+        Change("RoleBinding", "m-bench", "created"),
+        Change("Job", "m-bench-abc", "created"),
+    ]
+    start = Start(run="m-bench-abc", revision="abc", target=Target("m-1", "u", "10.0.0.9", 8000))
+    same = st(READY, HEALTHY)
+    assert _events(same, same, changes, start) == [
+        Event("Normal", "BenchmarkStarted", "Job m-bench-abc measures revision abc on pod m-1")
+    ]
+    # a run stopped is still reported
+    stop = [Change("Job", "m-bench-old", "deleted")]
+    assert _events(same, same, stop) == [Event("Normal", "JobDeleted", "Job m-bench-old deleted")]
