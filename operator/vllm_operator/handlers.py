@@ -24,8 +24,6 @@ from vllm_operator.settings import OperatorSettings
 
 log = logging.getLogger("vllm_operator")
 SETTINGS = OperatorSettings()
-# reconciles in parallel: many services roll out at once after an upgrade
-WORKERS = 16
 
 
 def _load_api(pool: int) -> client.ApiClient:
@@ -60,9 +58,10 @@ class PeeringGate(logging.Handler):
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     ours = SETTINGS
-    writer = Writer(_load_api(WORKERS + 4), ours)
+    # one kept connection per worker, and a few for the leader election and events
+    writer = Writer(_load_api(ours.workers + 4), ours)
     watcher = Kube(_load_api(16), ours)
-    controller = Controller(ours, writer, watcher, workers=WORKERS)
+    controller = Controller(ours, writer, watcher, workers=ours.workers)
     memo.controller = controller
     # kopf's bookkeeping would live under our own prefix (it writes none with these handlers;
     # its finalizer is named so that kopf removes one an older version left behind)

@@ -22,6 +22,14 @@ class OperatorSettings(BaseSettings):
     finalizer: str = "vllm-operator.dev/finalizer"
     # A drift timer re-runs the same reconcile; reads only, unless something drifted.
     resync_seconds: float = 60.0
+    workers: int = Field(
+        default=16,
+        ge=1,
+        le=512,
+        description="Services reconciled in parallel. A reconcile mostly waits for the API "
+        "server (a Service's ClusterIP, the Deployment's admission): more workers roll a large "
+        "fleet out sooner, at the price of more requests in flight.",
+    )
     cluster_domain: str = "cluster.local"
     namespace: str | None = Field(
         default=None, description="Watch only this namespace (legacy; see `namespaces`)."
