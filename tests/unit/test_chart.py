@@ -74,6 +74,7 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
     # and every one set reaches the container as the variable pydantic-settings reads
     typed: dict[str, Any] = {
         "resyncSeconds": 7.5,
+        "workers": 48,
         "priority": 3,
         "watchTimeoutSeconds": 9,
         "scrapeInterval": "30s",
@@ -101,6 +102,7 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
         monkeypatch.setenv(k, v)
     settings = OperatorSettings()
     assert settings.resync_seconds == 7.5
+    assert settings.workers == 48
     assert settings.monitoring_labels == {"release": "prom"}
     assert settings.watched_namespaces() == ("team-a", "team-b")
     assert settings.metrics_port == 8081
