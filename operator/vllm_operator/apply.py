@@ -123,8 +123,10 @@ class Writer(Kube):
         live: dict[str, Any] | None = None,
         *,
         generation: int | None = None,
+        cached: bool = False,
     ) -> Change | None:
         """Server-side apply `desired` unless `live` (read here when not given) covers it.
+        `cached`: read `live` from the watch cache where it holds the kind (kube.get).
 
         `generation`: the service's metadata.generation `desired` was rendered from; it is
         recorded on the child when written, and a child already written from a later
@@ -135,7 +137,7 @@ class Writer(Kube):
         meta = desired["metadata"]
         api_version, kind = desired["apiVersion"], desired["kind"]
         if live is None:
-            live = self.get(api_version, kind, meta["namespace"], meta["name"])
+            live = self.get(api_version, kind, meta["namespace"], meta["name"], cached=cached)
         if live is not None and covers(desired, live):
             return None
         if generation is not None:

@@ -57,8 +57,10 @@ def carry_out(writer: Writer, svc: Service, settings: OperatorSettings, plan: Pl
     for record in plan.record:
         _write_record(writer, svc, record)
     if plan.start is not None:
+        # its ConfigMaps and Job as the watch cache holds them (new ones: absent, no GET;
+        # the cache holds the operator's own writes, so a repeat writes nothing)
         for manifest in render_start(svc, settings, plan.start):
-            change = writer.apply(manifest, generation=svc.generation)
+            change = writer.apply(manifest, generation=svc.generation, cached=True)
             if change is not None:
                 changes.append(change)
     for run in plan.prune:

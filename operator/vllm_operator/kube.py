@@ -250,8 +250,18 @@ class Kube:
         finally:
             raw.release_conn()
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        if self.cache is not None and (api_version, kind) in CACHED_GETS:
+    def get(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        cached: bool = False,
+    ) -> dict[str, Any] | None:
+        """`cached`: from the watch cache whatever the kind (when it holds the kind), for a
+        read right after the operator's own writes, which the cache already holds."""
+        if self.cache is not None and (cached or (api_version, kind) in CACHED_GETS):
             held, obj = self.cache.lookup(api_version, kind, namespace, name)
             if held:
                 return copy.deepcopy(obj)

@@ -28,8 +28,12 @@ from vllm_operator.render.monitoring import MONITORING_API
 from vllm_operator.spec import Service
 
 
-def observe(writer: Writer, svc: Service) -> Observed:
-    deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name)
+def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Observed:
+    """Everything a reconcile decides on, read before anything is written. `after_writes`:
+    the second look, after the reconcile's own writes: the Deployment comes from the watch
+    cache, which holds what those writes answered (the first look reads it from the API
+    server: the generation guard needs the latest)."""
+    deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
     hpa = None
     if svc.spec.autoscaling.enabled:
         hpa = writer.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)

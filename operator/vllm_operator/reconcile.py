@@ -174,7 +174,7 @@ def _pipeline(
     changes = _apply_children(writer, svc, desired, seen)
     changes += carry_out(writer, svc, settings, plan)
     # status (pure), from what the writes left (read again only when something was written)
-    after = observe(writer, svc) if changes or plan.writes else seen
+    after = observe(writer, svc, after_writes=True) if changes or plan.writes else seen
     status = compute_status(
         svc,
         after,
