@@ -170,22 +170,35 @@ def _pipeline(
         ),
     )
     desired = [with_revision(m) for m in rendered]
+    meta = {"namespace": svc.namespace, "name": svc.name}
+
+    def status_of(obs: Observed, old: dict[str, Any]) -> dict[str, Any]:
+        return compute_status(
+            svc,
+            obs,
+            old,
+            settings,
+            _now(),
+            bench=_bench_view(svc, plan, obs),
+            revision=plan.rolled_back_to or revision(render_pod_template(svc, settings)),
+            monitoring_crds=seen.monitoring_crds,
+        )
+
     # apply (the one writer): the children, then the plan
     changes = _apply_children(writer, svc, desired, seen)
+    reported = old_status
+    if plan.start is not None:
+        # the rollout the run waited for reaches the status first (Ready; the run "starting"):
+        # a run's ConfigMaps, account, Role and Job take seconds to write when many services
+        # roll out at once, and a service that serves must not be reported late for them
+        now = observe(writer, svc, after_writes=True) if changes else seen
+        reported = status_of(now, old_status)
+        _write_status(writer, meta, old_status, reported)
     changes += carry_out(writer, svc, settings, plan)
     # status (pure), from what the writes left (read again only when something was written)
     after = observe(writer, svc, after_writes=True) if changes or plan.writes else seen
-    status = compute_status(
-        svc,
-        after,
-        old_status,
-        settings,
-        _now(),
-        bench=_bench_view(svc, plan, after),
-        revision=plan.rolled_back_to or revision(render_pod_template(svc, settings)),
-        monitoring_crds=seen.monitoring_crds,
-    )
-    _write_status(writer, {"namespace": svc.namespace, "name": svc.name}, old_status, status)
+    status = status_of(after, reported)
+    _write_status(writer, meta, reported, status)
     hpa_conditions = (after.hpa or {}).get("status", {}).get("conditions") or []
     scaling = next((c for c in hpa_conditions if c.get("type") == "ScalingActive"), None)
     return Outcome(

@@ -152,6 +152,67 @@ def test_ready_is_announced_once_per_transition(api: FakeApi) -> None:
     assert events.count("Ready") == 1  # (the benchmark's ConfigMap, Job etc. also start)
 
 
+def test_ready_reaches_the_status_before_the_run_it_starts_is_written(api: FakeApi) -> None:
+    """At fleet scale a run's six writes take seconds: the status says Ready (and that the
+    run is starting) first, then what the run's writes left."""
+    run(api)
+    dep = api.objects[_path("apps/v1", "Deployment", "ns", "minimal")]
+    want = dep["spec"]["replicas"]
+    dep["metadata"]["generation"] = 1
+    dep["status"] = {
+        "observedGeneration": 1,
+        "replicas": want,
+        "updatedReplicas": want,
+        "readyReplicas": want,
+        "availableReplicas": want,
+    }
+    # the one Ready pod of the rolled-out revision, for the run to measure
+    labels = {**dep["spec"]["selector"]["matchLabels"], "pod-template-hash": "7c9f"}
+    api.put(
+        "/api/v1/namespaces/ns/pods/minimal-7c9f-a",
+        {
+            "metadata": {
+                "name": "minimal-7c9f-a",
+                "uid": "uid-pod",
+                "creationTimestamp": "2030-01-01T00:00:00Z",
+                "labels": labels,
+                "ownerReferences": [
+                    {"kind": "ReplicaSet", "name": "minimal-7c9f", "controller": True}
+                ],
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.85.0.7",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    before = len(api.requests)
+    statuses: list[dict[str, Any]] = []
+    patch = api._patch
+
+    def recording(path: str, body: object, content_type: str) -> dict[str, Any]:
+        if path == SVC_PATH + "/status":
+            statuses.append(copy.deepcopy(body[0]["value"]))  # type: ignore[index]
+        return patch(path, body, content_type)
+
+    api._patch = recording  # type: ignore[method-assign]
+    out = run(api)
+    writes = [p for m, p in api.requests[before:] if m != "GET"]
+    job = next(i for i, p in enumerate(writes) if "/jobs/" in p)
+    first_status = writes.index(SVC_PATH + "/status")
+    assert first_status < job  # a positive control below: the Job was written after it
+    assert [s for s in statuses if cond({"status": s}, "Ready").get("status") == "True"]
+    interim, final = statuses
+    assert cond({"status": interim}, "Ready")["status"] == "True"
+    assert cond({"status": interim}, "BenchmarkComplete")["message"] == (
+        "starting the benchmark Job"
+    )
+    assert cond({"status": final}, "BenchmarkComplete")["reason"] == "BenchmarkRunning"
+    assert [e.reason for e in out.events].count("Ready") == 1
+    assert "BenchmarkStarted" in [e.reason for e in out.events]
+
+
 def test_a_name_with_a_dot_is_an_invalid_spec_and_nothing_is_applied() -> None:
     """The CRD refuses it; an object stored under an older CRD is reported, not applied."""
     api = FakeApi(SETTINGS)
