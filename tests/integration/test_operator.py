@@ -308,8 +308,14 @@ def test_invalid_spec_is_reported_and_nothing_is_applied(
     assert "valueFrom" in c["message"]
     assert get(cluster, namespace, "deployment", "bad-env") is None
     assert get(cluster, namespace, "service", "bad-env") is None
-    events = items(cluster, namespace, "events")
-    assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in events)
+    # events are posted beside the reconciles, a moment after the status write
+    wait_for(
+        "a Warning InvalidSpec event",
+        lambda: any(
+            e["reason"] == "InvalidSpec" and e["type"] == "Warning"
+            for e in items(cluster, namespace, "events")
+        ),
+    )
     # fixing the spec recovers without any manual step
     cluster.kubectl(
         "patch",

@@ -55,6 +55,14 @@ def events(cluster: LocalCluster, namespace: str, name: str, reason: str) -> lis
     ]
 
 
+def posted(cluster: LocalCluster, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    """The events of `reason` once at least one is there: events are posted beside the
+    reconciles (events.EventRecorder), a moment after the status write that caused them."""
+    return wait_for(
+        f"a {reason} event", lambda: events(cluster, namespace, name, reason) or None, timeout=30
+    )
+
+
 def patch_spec(cluster: LocalCluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
     cluster.kubectl(
         "patch", "vsvc", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
@@ -194,7 +202,7 @@ def test_ready_is_announced_once_for_one_rollout(
     apply(cluster, namespace, sample("minimal"))
     wait_for("Ready", lambda: ready(cluster, namespace, "minimal"), timeout=90)
     assert_quiet(operator, cluster, namespace)  # the reconciles ran, several times
-    assert len(events(cluster, namespace, "minimal", "Ready")) == 1
+    assert len(posted(cluster, namespace, "minimal", "Ready")) == 1
 
 
 # ---- 2. failures reach the status -----------------------------------------------------------
@@ -312,7 +320,7 @@ def test_a_denied_apply_is_in_the_status_with_one_event_and_retried_with_back_of
         ]
 
     wait_for("three denied attempts", lambda: len(denied_patches()) >= 3, timeout=60)
-    failed = events(cluster, namespace, "minimal", "ApplyFailed")
+    failed = posted(cluster, namespace, "minimal", "ApplyFailed")
     assert len(failed) == 1, [e["message"] for e in failed]
     assert failed[0]["type"] == "Warning"
     assert POLICY_MESSAGE in failed[0]["message"]
@@ -321,7 +329,7 @@ def test_a_denied_apply_is_in_the_status_with_one_event_and_retried_with_back_of
     cluster.kubectl("delete", "validatingadmissionpolicybinding", deny_deployments)
     svc = wait_for("Ready", lambda: ready(cluster, namespace, "minimal"), timeout=120)
     assert condition(svc, "Degraded")["status"] == "False"
-    assert len(events(cluster, namespace, "minimal", "Ready")) == 1
+    assert len(posted(cluster, namespace, "minimal", "Ready")) == 1
 
 
 POD_POLICY_MESSAGE = "pods of this namespace are refused by a test's admission policy"
@@ -386,4 +394,4 @@ def test_pods_that_cannot_be_created_are_reported(
     degraded = condition(svc, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "FailedCreate")
     assert condition(svc, "Progressing")["status"] == "False"
-    assert len(events(cluster, namespace, "minimal", "FailedCreate")) == 1
+    assert len(posted(cluster, namespace, "minimal", "FailedCreate")) == 1
