@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         "levels below their concurrency (peakInFlight shows it)",
     )
     bounds.add_argument(
+        "--proxy-from-env",
+        action="store_true",
+        help="send the requests through HTTP_PROXY/HTTPS_PROXY, minus NO_PROXY, as the "
+        "environment sets them (default: straight to --url; the proxy lookup costs client CPU "
+        "per request)",
+    )
+    bounds.add_argument(
         "--timeout-seconds",
         type=_positive(float),
         default=120.0,
@@ -263,6 +270,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         max_duration_seconds=args.max_duration_seconds,
         max_rps=args.max_rps,
         timeout_seconds=args.timeout_seconds,
+        proxy_from_env=args.proxy_from_env,
         requests=args.requests,
         input_tokens=args.input_tokens,
         output_tokens=args.output_tokens,

@@ -214,6 +214,7 @@ class OpenAIClient:
         timeout_seconds: float = 120.0,
         api_key: str | None = None,
         max_connections: int = 256,
+        proxy_from_env: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -221,6 +222,7 @@ class OpenAIClient:
         self.timeout_seconds = timeout_seconds
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._max_connections = max_connections
+        self._proxy_from_env = proxy_from_env
         self._session: aiohttp.ClientSession | None = None
         # generation requests sent and not yet answered in full (liveload.py subtracts them
         # from the server's running + waiting to see somebody else's)
@@ -234,6 +236,10 @@ class OpenAIClient:
             # with "Server disconnected"
             connector=aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=2),
             timeout=aiohttp.ClientTimeout(total=None),  # one limit per call: see _call
+            # off unless asked: aiohttp then looks the proxy and ~/.netrc up in a thread pool
+            # before every request, 10-17 % of a GPU server's measured throughput at 128 in
+            # flight (benchmarks/vs_vllm_rounds.py); on for clients behind a proxy
+            trust_env=self._proxy_from_env,
         )
         return self
 

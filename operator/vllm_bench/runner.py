@@ -164,6 +164,7 @@ async def run_benchmark(
         timeout_seconds=config.timeout_seconds,
         api_key=api_key,
         max_connections=connections,
+        proxy_from_env=config.proxy_from_env,
     ) as client:
         live = LiveLoad(
             lambda: client.metrics(only=LIVE_LOAD_FAMILIES),

@@ -266,6 +266,23 @@ def test_arguments() -> None:
         config_from_args(naive)
 
 
+def test_the_proxy_of_the_environment_is_used_only_when_asked() -> None:
+    parser = build_parser()
+    plain = config_from_args(parser.parse_args(["run", "--url", "http://h:8000", "--model", "m"]))
+    proxied = config_from_args(
+        parser.parse_args(["run", "--url", "http://h:8000", "--model", "m", "--proxy-from-env"])
+    )
+    assert (plain.proxy_from_env, proxied.proxy_from_env) == (False, True)
+    assert proxied.as_document()["proxyFromEnv"] is True
+
+    async def trust(proxy: bool) -> bool:
+        client = OpenAIClient("http://h:8000", "m", Budget(10.0), proxy_from_env=proxy)
+        async with client:
+            return client.session.trust_env
+
+    assert (asyncio.run(trust(False)), asyncio.run(trust(True))) == (False, True)
+
+
 def test_budget_spaces_request_starts_and_stops_at_the_deadline() -> None:
     async def starts(budget: Budget, n: int) -> tuple[float, list[float]]:
         first_call = time.monotonic()

@@ -49,6 +49,8 @@ class BenchConfig:
     prometheus_url: str | None = None
     warmup_requests: int = 8  # sent and discarded before the first scenario
     rounds: int = 1  # each scenario in ROUNDED_SCENARIOS runs this often, interleaved
+    # send requests through HTTP(S)_PROXY / NO_PROXY (and ~/.netrc) as the environment says
+    proxy_from_env: bool = False
 
     def as_document(self) -> dict[str, Any]:
         """camelCase keys, as in the result document."""
