@@ -14,7 +14,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from vllm_operator.apply import Writer
+from vllm_operator.apply import Writer, _path
+from vllm_operator.render.benchmark import revision
 from vllm_operator.settings import OperatorSettings
 
 WRITES = ("PATCH", "DELETE", "POST", "PUT")
@@ -134,3 +135,42 @@ class FakeApi(Writer):
             self.objects[path] = merge_patch(obj, body)
             return copy.deepcopy(self.objects[path])
         raise AssertionError(f"unexpected patch {content_type} {path}")
+
+
+def rolled_out(api: FakeApi, namespace: str = "ns", name: str = "minimal") -> None:
+    """What the Deployment controller and the kubelet report once the rollout finished: the
+    Deployment's status and a Ready pod of its current ReplicaSet (the one a run measures)."""
+    dep = api.objects[_path("apps/v1", "Deployment", namespace, name)]
+    want = dep["spec"]["replicas"]
+    dep["metadata"]["generation"] = 1
+    dep["status"] = {
+        "observedGeneration": 1,
+        "replicas": want,
+        "updatedReplicas": want,
+        "readyReplicas": want,
+        "availableReplicas": want,
+    }
+    for path in [p for p in api.objects if f"/namespaces/{namespace}/pods/" in p]:
+        del api.objects[path]
+    pod_hash = revision(dep["spec"]["template"])[:8]
+    pod = f"{name}-{pod_hash}-x1"
+    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
+    api.put(
+        _path("v1", "Pod", namespace, pod),
+        {
+            "metadata": {
+                "name": pod,
+                "namespace": namespace,
+                "uid": f"pod-{pod_hash}",
+                "labels": {**labels, "pod-template-hash": pod_hash},
+                "ownerReferences": [
+                    {"kind": "ReplicaSet", "name": f"{name}-{pod_hash}", "controller": True}
+                ],
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )

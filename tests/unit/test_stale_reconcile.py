@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi
+from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
 from vllm_operator.observe import observe
@@ -27,45 +27,6 @@ SETTINGS = OperatorSettings()
 SVC_PATH = _path(API_VERSION, "VLLMService", "ns", "minimal")
 DEP_PATH = _path("apps/v1", "Deployment", "ns", "minimal")
 GENERATION = f"{SETTINGS.annotation_prefix}/generation"
-
-
-def rolled_out(api: FakeApi) -> None:
-    """What the Deployment controller and the kubelet report once the rollout finished: the
-    Deployment's status and a Ready pod of its current ReplicaSet (the one a run measures)."""
-    dep = api.objects[DEP_PATH]
-    want = dep["spec"]["replicas"]
-    dep["metadata"]["generation"] = 1
-    dep["status"] = {
-        "observedGeneration": 1,
-        "replicas": want,
-        "updatedReplicas": want,
-        "readyReplicas": want,
-        "availableReplicas": want,
-    }
-    for path in [p for p in api.objects if "/pods/" in p]:
-        del api.objects[path]
-    pod_hash = revision(dep["spec"]["template"])[:8]
-    name = f"minimal-{pod_hash}-x1"
-    labels = dict(dep["spec"]["template"]["metadata"]["labels"])
-    api.put(
-        _path("v1", "Pod", "ns", name),
-        {
-            "metadata": {
-                "name": name,
-                "namespace": "ns",
-                "uid": f"pod-{pod_hash}",
-                "labels": {**labels, "pod-template-hash": pod_hash},
-                "ownerReferences": [
-                    {"kind": "ReplicaSet", "name": f"minimal-{pod_hash}", "controller": True}
-                ],
-            },
-            "status": {
-                "phase": "Running",
-                "podIP": "10.0.0.9",
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
 
 
 def job_path(name: str) -> str:
