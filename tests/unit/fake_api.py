@@ -162,6 +162,7 @@ def rolled_out(api: FakeApi, namespace: str = "ns", name: str = "minimal") -> No
                 "name": pod,
                 "namespace": namespace,
                 "uid": f"pod-{pod_hash}",
+                "creationTimestamp": "2030-01-01T00:00:00Z",
                 "labels": {**labels, "pod-template-hash": pod_hash},
                 "ownerReferences": [
                     {"kind": "ReplicaSet", "name": f"{name}-{pod_hash}", "controller": True}

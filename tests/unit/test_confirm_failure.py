@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi
+from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
 from vllm_operator.observe import history
@@ -23,7 +23,6 @@ from vllm_operator.render.benchmark import (
     run_name,
 )
 from vllm_operator.render.deployment import render_pod_template
-from vllm_operator.render.meta import selector_labels
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 
@@ -41,44 +40,6 @@ SECOND = run_name(confirming(NEW), NEW_REV)
 
 def cond(api: FakeApi, kind: str) -> dict[str, Any]:
     return next((c for c in api.objects[PATH]["status"]["conditions"] if c["type"] == kind), {})
-
-
-def rolled_out(api: FakeApi) -> None:
-    """What the Deployment controller and the kubelet report once the rollout finished: the
-    Deployment's status and one Ready pod of its current ReplicaSet."""
-    dep = api.objects[DEP]
-    dep["metadata"]["generation"] = 1
-    dep["status"] = {
-        "observedGeneration": 1,
-        "replicas": 1,
-        "updatedReplicas": 1,
-        "readyReplicas": 1,
-        "availableReplicas": 1,
-    }
-    for path in [p for p in api.objects if "/pods/" in p]:
-        del api.objects[path]
-    pod_hash = revision(dep["spec"]["template"])[:8]
-    name = f"minimal-{pod_hash}-x1"
-    api.put(
-        _path("v1", "Pod", "ns", name),
-        {
-            "metadata": {
-                "name": name,
-                "namespace": "ns",
-                "uid": f"pod-{pod_hash}",
-                "creationTimestamp": "2030-01-01T00:00:00Z",
-                "labels": {**selector_labels(NEW), "pod-template-hash": pod_hash},
-                "ownerReferences": [
-                    {"kind": "ReplicaSet", "name": f"minimal-{pod_hash}", "controller": True}
-                ],
-            },
-            "status": {
-                "phase": "Running",
-                "podIP": "10.0.0.9",
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
 
 
 def publish(api: FakeApi, run: str, tps: float) -> None:
