@@ -57,7 +57,7 @@ class Controller:
         writer: Writer,
         watcher: Kube,
         *,
-        workers: int = 16,
+        workers: int = 32,
     ) -> None:
         self.settings = settings
         self.writer = writer
