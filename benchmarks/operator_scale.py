@@ -17,7 +17,17 @@ With the real operator running as its ServiceAccount, beside unrelated objects i
     - its resident memory;
   * the kind of list/watch requests the operator makes: per resource, scope and label selector,
     how many requests and how many objects that request's scope holds (what a list or the
-    initial watch sends it).
+    initial watch sends it);
+  * where each batch's time to Ready goes (`rollout_stages_seconds`), from the API server's
+    audit log: the operator's first Deployment write after the service's create, the
+    Deployment and ReplicaSet controllers, the scheduler, kwok, the Deployment turning
+    available, and the operator's status write that says Ready=True (its answer is audited,
+    so Ready is timed at the API server, not when a watch delivers it); the operator's requests
+    per service until then; and the CPU seconds each control-plane process and the operator
+    spent (on two cores, who spends them decides how fast a fleet rolls out);
+  * with `--baseline N`, first the control: N plain Deployments of the operator's pod template,
+    each with a ClusterIP Service, created at once without the operator. Their time to
+    available is the floor under the services' Ready time; the operator's share is the rest.
 
 Machine load (`uptime`) is recorded beside every figure: on a shared machine it matters.
 
@@ -25,6 +35,11 @@ Usage:
   .venv/bin/python benchmarks/operator_scale.py [--ladder 10,100,1000]
       [--unrelated-configmaps 10000] [--unrelated-deployments 1000] [--resync 60]
       [--operator-source REV] [--label before] [--out benchmarks/results/operator/x.json]
+
+`--controller-qps Q --controller-workers W` give kube-controller-manager the client rate and
+the Deployment/ReplicaSet/Job workers of a control plane sized for fleets (its defaults, 20
+requests/s and 5 workers each, alone take 20+ s to roll out 100 Deployments on this machine);
+`--workers N` sets the operator's parallel reconciles (VLLM_OPERATOR_WORKERS).
 
 `--operator-source REV` runs the operator (its code, CRDs and RBAC) as of a git revision,
 extracted with `git archive`, instead of the working tree: a baseline that other engineers'
@@ -76,18 +91,35 @@ COORDINATION = (
     "kopf.dev/kopfpeerings",
     "coordination.k8s.io/leases",
 )
+# audited for every user: the steps between the operator's Deployment and its Ready pod
+ROLLOUT_CREATES = [
+    {"group": "apps", "resources": ["replicasets"]},
+    {"group": "", "resources": ["pods", "pods/binding"]},
+    {"group": GROUP, "resources": [PLURAL]},
+]
+ROLLOUT_STATUS = [
+    {"group": "", "resources": ["pods/status"]},
+    {"group": "apps", "resources": ["deployments/status"]},
+]
 SERVICE_RANGE = "--service-cluster-ip-range=10.0.0.0/16"
 RECONCILES_METRIC = "vllm_operator_reconciles_total"
 STATE_DIR = REPO_ROOT / ".state" / "bench-operator-scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+# --no-benchmark: the services of the ladder do not benchmark their rollouts
+BENCHMARK = {"enabled": True}
+
+
 def manifest(name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"model": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
+    if not BENCHMARK["enabled"]:
+        spec["benchmark"] = {"enabled": False}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "VLLMService",
         "metadata": {"name": name},
-        "spec": {"model": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}},
+        "spec": spec,
     }
 
 
@@ -97,13 +129,33 @@ class BenchCluster(LocalCluster):
     nothing else (the benchmark's own 11,000 creates would only fill the log)."""
 
     controller_qps = 0  # 0: kube-controller-manager's default client rate
+    controller_workers = 0  # 0: its default 5 Deployment / ReplicaSet / Job workers
 
     def _audit_policy(self) -> Path:
         policy = {
             "apiVersion": "audit.k8s.io/v1",
             "kind": "Policy",
             "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Metadata", "users": [OPERATOR_USER]}, {"level": "None"}],
+            "rules": [
+                # the status writes with their answer: which one made a service Ready=True,
+                # at the API server's clock (a watch can deliver it seconds later)
+                {
+                    "level": "RequestResponse",
+                    "users": [OPERATOR_USER],
+                    "verbs": ["patch", "update"],
+                    "resources": [{"group": GROUP, "resources": [f"{PLURAL}/status"]}],
+                },
+                {
+                    "level": "RequestResponse",
+                    "verbs": ["update"],
+                    "resources": [{"group": "apps", "resources": ["deployments/status"]}],
+                },
+                {"level": "Metadata", "users": [OPERATOR_USER]},
+                # the rollout of each service's pod, stage by stage (whose time is it?)
+                {"level": "Metadata", "verbs": ["create"], "resources": ROLLOUT_CREATES},
+                {"level": "Metadata", "verbs": ["update", "patch"], "resources": ROLLOUT_STATUS},
+                {"level": "None"},
+            ],
         }
         path = self.state_dir / "audit-policy.json"
         path.write_text(json.dumps(policy))
@@ -119,6 +171,15 @@ class BenchCluster(LocalCluster):
             # its client's default 20 requests/s (burst 30) paces ReplicaSets, pods and Jobs
             qps = self.controller_qps
             args = [*args, f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
+        if name == "kube-controller-manager" and self.controller_workers:
+            # 5 each by default: 100 new Deployments queue for their ReplicaSets
+            args = [
+                *args,
+                *(
+                    f"--concurrent-{kind}-syncs={self.controller_workers}"
+                    for kind in ("deployment", "replicaset", "job")
+                ),
+            ]
         return super()._spawn(state, name, args, exe)
 
 
@@ -133,12 +194,26 @@ class Request:
     uri: str
 
 
+@dataclass(frozen=True)
+class Step:
+    """One audited write of the rollout pipeline, by anyone (ROLLOUT_CREATES/ROLLOUT_STATUS)."""
+
+    t: float  # when the API server completed it
+    user: str
+    verb: str
+    resource: str  # with its subresource: pods/binding, deployments/status
+    namespace: str
+    name: str
+
+
 @dataclass
 class AuditTail:
-    """Reads the audit log incrementally; keeps the operator's requests."""
+    """Reads the audit log incrementally; keeps the operator's requests and the rollout's
+    steps in the fleet's namespaces."""
 
     path: Path
     requests: list[Request] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     _offset: int = 0
     _seen: set[str] = field(default_factory=set)
 
@@ -151,6 +226,8 @@ class AuditTail:
         end = data.rfind(b"\n") + 1  # a partly written last line waits for the next poll
         self._offset += end
         for line in data[:end].splitlines():
+            if b'"namespace":"fleet-' in line:
+                self._step(json.loads(line))
             if OPERATOR_USER.encode() not in line:
                 continue
             e = json.loads(line)
@@ -169,6 +246,24 @@ class AuditTail:
                 Request(t, e["verb"], resource, ref.get("namespace"), e["requestURI"])
             )
 
+    def _step(self, e: dict[str, Any]) -> None:
+        ref = e.get("objectRef", {})
+        code = e.get("responseStatus", {}).get("code", 0)
+        if e["verb"] not in WRITE_VERBS or not 200 <= code < 300 or not ref.get("name"):
+            return
+        resource = ref.get("resource", "") + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        t = dt.datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
+        answer = e.get("responseObject") or {}
+        if resource == f"{PLURAL}/status" and service_ready(answer):
+            resource += "/ready"  # this write's answer says Ready=True
+        if resource == "deployments/status" and answer.get("status", {}).get("availableReplicas"):
+            resource += "/available"
+        self.steps.append(
+            Step(t, e["user"]["username"], e["verb"], resource, ref["namespace"], ref["name"])
+        )
+
     def between(self, since: float, until: float) -> list[Request]:
         self.poll()
         return [r for r in self.requests if since <= r.t < until]
@@ -181,13 +276,25 @@ class AuditTail:
         )
 
 
-class ReadyWatcher:
-    """Records, from a watch on VLLMServices, when each became Ready=True."""
+def service_ready(obj: dict[str, Any]) -> bool:
+    conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+    return conds.get("Ready") == "True"
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+
+def deployment_available(obj: Any) -> bool:
+    return bool(obj.status and (obj.status.available_replicas or 0) >= 1)
+
+
+class ReadyWatcher:
+    """Records, from a watch on VLLMServices, when each became Ready=True (with `plain`: on
+    Deployments, when each had a pod available)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, *, plain: bool = False) -> None:
         self.ready_at: dict[str, float] = {}
         self.ready_wall: dict[str, float] = {}
         self._api = client.CustomObjectsApi(api)
+        self._apps = client.AppsV1Api(api)
+        self._plain = plain
         self._namespace = namespace
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -197,20 +304,27 @@ class ReadyWatcher:
         while not self._stop.is_set():
             w = watch.Watch()  # type: ignore[no-untyped-call]
             with contextlib.suppress(Exception):  # a dropped watch: list and watch again
-                for ev in w.stream(  # type: ignore[no-untyped-call]
-                    self._api.list_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self._namespace,
-                    PLURAL,
-                    timeout_seconds=30,
-                ):
+                stream = (
+                    w.stream(  # type: ignore[no-untyped-call]
+                        self._apps.list_namespaced_deployment, self._namespace, timeout_seconds=30
+                    )
+                    if self._plain
+                    else w.stream(  # type: ignore[no-untyped-call]
+                        self._api.list_namespaced_custom_object,
+                        GROUP,
+                        VERSION,
+                        self._namespace,
+                        PLURAL,
+                        timeout_seconds=30,
+                    )
+                )
+                for ev in stream:
                     obj = ev["object"]
-                    conds = {
-                        c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])
-                    }
-                    name = obj["metadata"]["name"]
-                    if conds.get("Ready") == "True" and name not in self.ready_at:
+                    if self._plain:
+                        name, ready = obj.metadata.name, deployment_available(obj)
+                    else:
+                        name, ready = obj["metadata"]["name"], service_ready(obj)
+                    if ready and name not in self.ready_at:
                         self.ready_at[name] = time.monotonic()
                         self.ready_wall[name] = time.time()
                     if self._stop.is_set():
@@ -232,6 +346,105 @@ class ReadyWatcher:
         self._stop.set()
 
 
+STEP_KINDS = {
+    ("create", "replicasets"): "replicaset",
+    ("create", "pods/binding"): "bound",
+    ("patch", "pods/status"): "pod_status",
+    ("update", "pods/status"): "pod_status",
+    ("update", "deployments/status/available"): "deployment_available",
+    ("patch", f"{PLURAL}/status/ready"): "service_ready",
+}
+
+
+def step_times(steps: list[Step], namespace: str) -> dict[tuple[str, str], list[float]]:
+    """(kind of step, service or Deployment name) -> the times of such steps, in order."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for st in steps:
+        kind = STEP_KINDS.get((st.verb, st.resource))
+        if st.namespace != namespace or kind is None or "-bench-" in st.name:
+            continue
+        if kind == "replicaset":
+            base = st.name.rsplit("-", 1)[0]  # NAME-<template hash>
+        elif kind in ("bound", "pod_status"):
+            base = st.name.rsplit("-", 2)[0]  # NAME-<template hash>-<suffix>
+        else:
+            base = st.name
+        out.setdefault((kind, base), []).append(st.t)
+    return out
+
+
+def ready_times(steps: list[Step], namespace: str) -> dict[str, float]:
+    """When each service's status first said Ready=True, at the API server (the answer of
+    the operator's status write, from the audit log)."""
+    return {
+        name: times[0]
+        for (kind, name), times in step_times(steps, namespace).items()
+        if kind == "service_ready"
+    }
+
+
+def rollout_stages(
+    steps: list[Step],
+    namespace: str,
+    created: dict[str, float],
+    first_write: dict[str, float],
+    ready_wall: dict[str, float],
+) -> dict[str, dict[str, float | int | None]]:
+    """Where each service's time to Ready went, stage by stage, from the audit log: p50/p95
+    seconds of each step's time after the step before it (services with both steps seen).
+
+    create -> the operator writes the Deployment -> the Deployment controller creates the
+    ReplicaSet -> the ReplicaSet controller creates the pod and the scheduler binds it -> kwok
+    reports it Ready -> the Deployment controller reports the Deployment available -> the
+    operator writes Ready=True into the service's status -> the benchmark's watch sees it.
+    `ready_wall`: when a watch saw each service Ready (or each plain Deployment available)."""
+    times = step_times(steps, namespace)
+    order = [
+        ("operator: create -> Deployment written", "created", "deployment"),
+        ("controller: Deployment -> ReplicaSet", "deployment", "replicaset"),
+        # a pod's create has no name in the audit log (generateName): one step to its binding
+        ("controller + scheduler: ReplicaSet -> pod bound", "replicaset", "bound"),
+        ("kwok: bound -> pod Ready", "bound", "pod_status"),
+        ("controller: pod Ready -> Deployment available", "pod_status", "deployment_available"),
+        ("operator: Deployment available -> status Ready", "deployment_available", "service_ready"),
+        ("the benchmark's watch: status Ready -> seen", "service_ready", "seen"),
+    ]
+    out: dict[str, dict[str, float | int | None]] = {}
+    for label, a, b in order:
+        gaps = []
+        for n in created:
+
+            def first(kind: str, n: str = n) -> float | None:
+                seen = times.get((kind, n))
+                return seen[0] if seen else None
+
+            ready = first("service_ready") or ready_wall.get(n, math.inf)
+
+            def last_before_ready(kind: str, n: str = n, ready: float = ready) -> float | None:
+                return max((t for t in times.get((kind, n), []) if t <= ready), default=None)
+
+            at = {
+                "created": created.get(n),
+                "deployment": first_write.get(n),
+                "replicaset": first("replicaset"),
+                "bound": first("bound"),
+                # the last pod status write before Ready: the one it waited for
+                "pod_status": last_before_ready("pod_status"),
+                "deployment_available": first("deployment_available"),
+                "service_ready": first("service_ready"),
+                "seen": ready_wall.get(n),
+            }
+            start, end = at[a], at[b]
+            if start is not None and end is not None:
+                gaps.append(end - start)
+        out[label] = {
+            "p50": round(pct(gaps, 50), 2) if gaps else None,
+            "p95": round(pct(gaps, 95), 2) if gaps else None,
+            "services": len(gaps),
+        }
+    return out
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -249,6 +462,17 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+def component_cpu(cluster: LocalCluster, operator_pid: int) -> dict[str, float]:
+    """CPU seconds so far of each control-plane process and the operator: on a machine of two
+    cores, who spends them decides how fast a fleet rolls out."""
+    procs = json.loads((cluster.state_dir / "cluster.json").read_text())["procs"]
+    out = {}
+    for name, pid in [(p["name"], p["pid"]) for p in procs] + [("operator", operator_pid)]:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[name] = cpu_seconds(pid)
+    return out
 
 
 def bytes_read(pid: int) -> int:
@@ -562,6 +786,78 @@ class Bench:
             "loadavg": loadavg(),
         }
 
+    def plain_rollout(self, size: int, timeout: float) -> dict[str, Any]:
+        """The control: `size` Deployments of the operator's own pod template (taken from a
+        service of the single-service rounds), each with a ClusterIP Service, created at once
+        without any VLLMService. What the cluster alone needs to roll them out is the floor
+        under the services' Ready time; the operator's share (its reconciles, its status
+        writes, the benchmark Jobs it starts as services become Ready) is the rest."""
+        ns = f"fleet-plain-{size}"
+        self.cluster.kubectl("create", "namespace", ns)
+        live = json.loads(self.cluster.kubectl("get", "deploy", "-n", "bench-one", "-o", "json"))
+        pod_spec = live["items"][0]["spec"]["template"]["spec"]
+        apps, core = client.AppsV1Api(self.api), client.CoreV1Api(self.api)
+        watcher = ReadyWatcher(self.api, ns, plain=True)
+        names = [f"plain-{i:04d}" for i in range(size)]
+
+        def create(name: str) -> tuple[str, float]:
+            labels = {"bench-plain": name}
+            body: Any = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+                },
+            }
+            apps.create_namespaced_deployment(ns, body)
+            # and its Service, as a VLLMService has one (a ClusterIP to allocate)
+            service: Any = {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"selector": labels, "ports": [{"name": "http", "port": 8000}]},
+            }
+            core.create_namespaced_service(ns, service)
+            return name, time.time()
+
+        cpu0 = component_cpu(self.cluster, self.pid)
+        wall0, t0 = time.time(), time.monotonic()
+        with ThreadPoolExecutor(8) as pool:  # as create_services does
+            created = dict(pool.map(create, names))
+        missing = watcher.wait(names, timeout)
+        watcher.stop()
+        cpu1, wall = component_cpu(self.cluster, self.pid), time.monotonic() - t0
+        time.sleep(1)  # the audit log's last lines
+        self.audit.poll()
+        # available: when the API server answered the status update that said so
+        at = dict(watcher.ready_wall)
+        for (kind, name), times in step_times(self.audit.steps, ns).items():
+            if kind == "deployment_available":
+                at[name] = times[0]
+        ready = [at[n] - wall0 for n in names if n in at]
+        stages = rollout_stages(self.audit.steps, ns, created, created, watcher.ready_wall)
+        result = {
+            "deployments": size,
+            "available_seconds": {
+                "p50": round(pct(ready, 50), 2) if ready else None,
+                "p95": round(pct(ready, 95), 2) if ready else None,
+                "max": round(max(ready), 2) if ready else None,
+                "not_available_after_timeout": len(missing),
+            },
+            "rollout_stages_seconds": {
+                k: v for k, v in stages.items() if k.startswith(("controller", "kwok"))
+            },
+            "cpu_seconds_until_available": {
+                "wall": round(wall, 1),
+                **{k: round(cpu1[k] - cpu0[k], 1) for k in cpu1 if k in cpu0},
+            },
+        }
+        print(f"# plain Deployments {size}: {json.dumps(result)}", flush=True)
+        return result
+
     def batch(self, size: int, timeout: float) -> dict[str, Any]:
         """`size` services applied at once in a namespace of their own, then a no-op window."""
         ns = f"fleet-{size}"
@@ -569,28 +865,32 @@ class Bench:
         watcher = ReadyWatcher(self.api, ns)
         names = [f"svc-{i:04d}" for i in range(size)]
         load0 = loadavg()
+        cpu0 = component_cpu(self.cluster, self.pid)
         wall0, t0 = time.time(), time.monotonic()
         created = create_services(self.cluster, ns, names)
         applied = time.monotonic() - t0
         self.services_total += size
         missing = watcher.wait(names, timeout)
         watcher.stop()
-        ready = [watcher.ready_at[n] - t0 for n in names if n in watcher.ready_at]
-        own = [watcher.ready_wall[n] - created[n] for n in names if n in watcher.ready_at]
+        cpu1, rollout_wall = component_cpu(self.cluster, self.pid), time.monotonic() - t0
+        seen = [watcher.ready_at[n] - t0 for n in names if n in watcher.ready_at]
         # where the time goes: the operator's first write of each Deployment (from the
         # service's create), then the cluster's rollout until the operator reports Ready
         first_write: dict[str, float] = {}
-        for r in self.audit.between(wall0, time.time() + 1):
+        during = self.audit.between(wall0, time.time() + 1)
+        # Ready: when the API server answered the status write that made it so (the watch's
+        # moment where the audit log lacks it)
+        at = {**watcher.ready_wall, **ready_times(self.audit.steps, ns)}
+        ready = [at[n] - wall0 for n in names if n in at]
+        own = [at[n] - created[n] for n in names if n in at]
+        for r in during:
             if r.resource == "apps/deployments" and r.verb in ("create", "patch", "update"):
                 name = urllib.parse.urlsplit(r.uri).path.rsplit("/", 1)[-1]
                 if name in created and name not in first_write:
                     first_write[name] = r.t
         to_write = [first_write[n] - created[n] for n in names if n in first_write]
-        write_to_ready = [
-            watcher.ready_wall[n] - first_write[n]
-            for n in names
-            if n in first_write and n in watcher.ready_wall
-        ]
+        write_to_ready = [at[n] - first_write[n] for n in names if n in first_write and n in at]
+        stages = rollout_stages(self.audit.steps, ns, created, first_write, watcher.ready_wall)
         settle = self.settle(quiet=20.0, limit=300)
         last = settle.pop("last_write")
         result: dict[str, Any] = {
@@ -605,6 +905,10 @@ class Bench:
                 "not_ready_after_timeout": len(missing),
                 "timeout_seconds": timeout,
             },
+            "ready_seen_by_watch_seconds": {
+                "p50": round(pct(seen, 50), 2) if seen else None,
+                "p95": round(pct(seen, 95), 2) if seen else None,
+            },
             # from each service's own create call returning, not from the batch's start
             "ready_after_own_create_seconds": {
                 "p50": round(pct(own, 50), 2) if own else None,
@@ -618,6 +922,16 @@ class Bench:
             "deployment_write_to_ready_seconds": {
                 "p50": round(pct(write_to_ready, 50), 2) if write_to_ready else None,
                 "p95": round(pct(write_to_ready, 95), 2) if write_to_ready else None,
+            },
+            "rollout_stages_seconds": stages,
+            # the operator's requests from the first create until the last Ready, per service
+            "operator_requests_per_service_until_ready": {
+                res: {verb: round(n / size, 2) for verb, n in verbs.items()}
+                for res, verbs in by_resource(during).items()
+            },
+            "cpu_seconds_until_ready": {
+                "wall": round(rollout_wall, 1),
+                **{k: round(cpu1[k] - cpu0[k], 1) for k in cpu1 if k in cpu0},
             },
             "converged_seconds": round(last - wall0, 1) if last else None,
             "settle": settle,
@@ -663,10 +977,30 @@ def main() -> int:
     parser.add_argument(
         "--controller-qps", type=int, default=0, help="kube-controller-manager's --kube-api-qps"
     )
+    parser.add_argument(
+        "--controller-workers",
+        type=int,
+        default=0,
+        help="kube-controller-manager's --concurrent-{deployment,replicaset,job}-syncs",
+    )
+    parser.add_argument("--workers", type=int, default=0, help="the operator's (default: its own)")
+    parser.add_argument(
+        "--no-benchmark",
+        action="store_true",
+        help="services with spec.benchmark.enabled: false (no benchmark Job as each is Ready)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=int,
+        default=0,
+        help="first roll out this many plain Deployments of the same pods, without the "
+        "operator (the cluster's own time: the floor under the services' Ready time)",
+    )
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
     ladder = [int(x) for x in args.ladder.split(",") if x]
+    BENCHMARK["enabled"] = not args.no_benchmark
 
     results: dict[str, Any] = {
         "label": args.label,
@@ -683,6 +1017,8 @@ def main() -> int:
     source = REPO_ROOT
     # what the downward API gives the operator's pod: the namespace of its leader-election Lease
     extra_env = {"POD_NAMESPACE": OPERATOR_NAMESPACE}
+    if args.workers:
+        extra_env["VLLM_OPERATOR_WORKERS"] = str(args.workers)
     if args.operator_source:
         source, sha = operator_tree(args.operator_source)
         extra_env["PYTHONPATH"] = str(source / "operator")
@@ -693,7 +1029,7 @@ def main() -> int:
         ).stdout.strip()
         results["operator"] = {"revision": f"{sha} + working tree"}
 
-    total = sum(ladder) + args.rounds
+    total = sum(ladder) + args.rounds + args.baseline
     gpus = 64
     # a vLLM pod (1 GPU) and a benchmark pod per service; 110 pods per node
     count = max(math.ceil(total / gpus), math.ceil(2 * total / 100)) + 1
@@ -702,6 +1038,7 @@ def main() -> int:
     )
     cluster = BenchCluster(state_dir=STATE_DIR, ports=Ports.free(), nodes=nodes, monitoring=False)
     cluster.controller_qps = args.controller_qps
+    cluster.controller_workers = args.controller_workers
     cluster.reset()
     results["nodes"] = {"count": count, "gpus_each": gpus}
     try:
@@ -759,6 +1096,13 @@ def main() -> int:
                     }
                 print(f"# one service: {results.get('one_service_seconds')}", flush=True)
                 save()
+
+                # --- the control: the same pods without the operator ----------------
+                if args.baseline:
+                    results["plain_deployments"] = bench.plain_rollout(
+                        args.baseline, args.ready_timeout
+                    )
+                    save()
 
                 # --- the ladder ------------------------------------------------------
                 results["ladder"] = []
