@@ -10,12 +10,11 @@ import json
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import SESSION_OPERATORS, apply, ready, sample, wait_for
+from tests.support import apply, ready, sample, wait_for
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.ha import Partition, audit_writes, kubeconfig_via, restart_apiserver, write_runs
 from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess
@@ -63,14 +62,9 @@ def _lease_transitions(cluster: LocalCluster) -> int:
 
 
 @pytest.fixture
-def alone(installed: LocalCluster) -> Iterator[None]:
-    """The session's operators stop (releasing the Lease) and come back afterwards."""
-    running = [op for op in SESSION_OPERATORS if op.pid is not None]
-    for op in running:
-        op.stop()
-    yield
-    for op in running:
-        op.start()
+def alone(installed: LocalCluster, no_other_operator: None) -> None:
+    """The CRDs and RBAC installed, the session's operators stopped (releasing the Lease)
+    and started again afterwards (conftest's no_other_operator)."""
 
 
 def test_the_standby_writes_nothing_and_takes_over_a_killed_leader(
