@@ -123,64 +123,53 @@ def manifest(name: str) -> dict[str, Any]:
     }
 
 
-class BenchCluster(LocalCluster):
-    """The local cluster, auditing every request of the operator's ServiceAccount (reads
-    included, so reads per resync and the operator's watch requests can be counted) and
-    nothing else (the benchmark's own 11,000 creates would only fill the log)."""
+# The audit policy of the benchmark's cluster: every request of the operator's ServiceAccount
+# (reads included, so reads per resync and the operator's watch requests can be counted) and
+# the rollout's stages; nothing else (the benchmark's own 11,000 creates would only fill the log).
+AUDIT_RULES: list[dict[str, Any]] = [
+    # the status writes with their answer: which one made a service Ready=True, at the API
+    # server's clock (a watch can deliver it seconds later)
+    {
+        "level": "RequestResponse",
+        "users": [OPERATOR_USER],
+        "verbs": ["patch", "update"],
+        "resources": [{"group": GROUP, "resources": [f"{PLURAL}/status"]}],
+    },
+    {
+        "level": "RequestResponse",
+        "verbs": ["update"],
+        "resources": [{"group": "apps", "resources": ["deployments/status"]}],
+    },
+    {"level": "Metadata", "users": [OPERATOR_USER]},
+    # the rollout of each service's pod, stage by stage (whose time is it?)
+    {"level": "Metadata", "verbs": ["create"], "resources": ROLLOUT_CREATES},
+    {"level": "Metadata", "verbs": ["update", "patch"], "resources": ROLLOUT_STATUS},
+    {"level": "None"},
+]
 
-    controller_qps = 0  # 0: kube-controller-manager's default client rate
-    controller_workers = 0  # 0: its default 5 Deployment / ReplicaSet / Job workers
 
-    def _audit_policy(self) -> Path:
-        policy = {
-            "apiVersion": "audit.k8s.io/v1",
-            "kind": "Policy",
-            "omitStages": ["RequestReceived"],
-            "rules": [
-                # the status writes with their answer: which one made a service Ready=True,
-                # at the API server's clock (a watch can deliver it seconds later)
-                {
-                    "level": "RequestResponse",
-                    "users": [OPERATOR_USER],
-                    "verbs": ["patch", "update"],
-                    "resources": [{"group": GROUP, "resources": [f"{PLURAL}/status"]}],
-                },
-                {
-                    "level": "RequestResponse",
-                    "verbs": ["update"],
-                    "resources": [{"group": "apps", "resources": ["deployments/status"]}],
-                },
-                {"level": "Metadata", "users": [OPERATOR_USER]},
-                # the rollout of each service's pod, stage by stage (whose time is it?)
-                {"level": "Metadata", "verbs": ["create"], "resources": ROLLOUT_CREATES},
-                {"level": "Metadata", "verbs": ["update", "patch"], "resources": ROLLOUT_STATUS},
-                {"level": "None"},
-            ],
-        }
-        path = self.state_dir / "audit-policy.json"
-        path.write_text(json.dumps(policy))
-        return path
-
-    def _spawn(self, state: Any, name: str, args: list[str], exe: str | None = None) -> Any:
-        # a /24 holds 254 ClusterIPs: a fleet of 1,000 Services needs a larger range
-        if name == "kube-apiserver":
-            args = [
-                SERVICE_RANGE if a.startswith("--service-cluster-ip-range=") else a for a in args
-            ]
-        if name == "kube-controller-manager" and self.controller_qps:
-            # its client's default 20 requests/s (burst 30) paces ReplicaSets, pods and Jobs
-            qps = self.controller_qps
-            args = [*args, f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
-        if name == "kube-controller-manager" and self.controller_workers:
-            # 5 each by default: 100 new Deployments queue for their ReplicaSets
-            args = [
-                *args,
-                *(
-                    f"--concurrent-{kind}-syncs={self.controller_workers}"
-                    for kind in ("deployment", "replicaset", "job")
-                ),
-            ]
-        return super()._spawn(state, name, args, exe)
+def bench_cluster(
+    nodes: tuple[GpuNode, ...], controller_qps: int = 0, controller_workers: int = 0
+) -> LocalCluster:
+    """The local cluster of the benchmark: its audit policy (AUDIT_RULES), a service range
+    for a fleet (a /24 holds 254 ClusterIPs), and kube-controller-manager sized as asked
+    (0: its defaults, a 20 requests/s client and 5 Deployment / ReplicaSet / Job workers)."""
+    controller: list[str] = []
+    if controller_qps:  # its client's default 20 requests/s (burst 30) paces ReplicaSets, pods
+        controller += [f"--kube-api-qps={controller_qps}", f"--kube-api-burst={2 * controller_qps}"]
+    if controller_workers:  # 5 each by default: 100 new Deployments queue for their ReplicaSets
+        controller += [
+            f"--concurrent-{kind}-syncs={controller_workers}"
+            for kind in ("deployment", "replicaset", "job")
+        ]
+    return LocalCluster(
+        state_dir=STATE_DIR,
+        ports=Ports.free(),
+        nodes=nodes,
+        monitoring=False,
+        extra_args={"kube-apiserver": [SERVICE_RANGE], "kube-controller-manager": controller},
+        audit_rules=AUDIT_RULES,
+    )
 
 
 @dataclass(frozen=True)
@@ -1036,9 +1025,7 @@ def main() -> int:
     nodes = tuple(
         GpuNode(f"gpu-node-{i}", gpus=gpus, cpu="1000", memory="8000Gi") for i in range(count)
     )
-    cluster = BenchCluster(state_dir=STATE_DIR, ports=Ports.free(), nodes=nodes, monitoring=False)
-    cluster.controller_qps = args.controller_qps
-    cluster.controller_workers = args.controller_workers
+    cluster = bench_cluster(nodes, args.controller_qps, args.controller_workers)
     cluster.reset()
     results["nodes"] = {"count": count, "gpus_each": gpus}
     try:

@@ -21,9 +21,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -269,8 +270,15 @@ class LocalCluster:
         *,
         real_node: bool = False,
         monitoring: bool = True,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
+        audit_rules: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         self.state_dir = state_dir
+        # flags appended to a component's command line by its name (a flag given twice: the
+        # later one wins), e.g. a larger service range or controller-manager rates for a fleet
+        self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
+        # the API server's audit policy rules (audit.k8s.io/v1) instead of the default ones
+        self.audit_rules = [dict(rule) for rule in audit_rules] if audit_rules else None
         self.bin_dir = bin_dir
         self.nodes = nodes
         self._ports = ports
@@ -569,7 +577,7 @@ class LocalCluster:
         logf = (self.log_dir / f"{name}.log").open("ab")
         # its own session: a Ctrl-C in the terminal that ran `up` does not kill the cluster
         proc = subprocess.Popen(
-            [exe, *args],
+            [exe, *args, *self.extra_args.get(name, ())],
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -700,7 +708,8 @@ class LocalCluster:
             "apiVersion": "audit.k8s.io/v1",
             "kind": "Policy",
             "omitStages": ["RequestReceived"],
-            "rules": [
+            "rules": self.audit_rules
+            or [
                 {
                     "level": "Metadata",
                     "userGroups": [f"system:serviceaccounts:{AUDITED_NAMESPACE}"],

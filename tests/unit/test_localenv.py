@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -10,7 +11,15 @@ from cryptography import x509
 from cryptography.x509.oid import ExtensionOID, NameOID
 
 from vllm_localenv import pki
-from vllm_localenv.cluster import Ports, _is_ours, _Proc, _start_ticks, _State, pinned_versions
+from vllm_localenv.cluster import (
+    LocalCluster,
+    Ports,
+    _is_ours,
+    _Proc,
+    _start_ticks,
+    _State,
+    pinned_versions,
+)
 
 
 def test_pki_issues_certificates_signed_by_the_ca(tmp_path: Path) -> None:
@@ -67,3 +76,39 @@ def test_pins() -> None:
     assert pins["K8S_VERSION"].startswith("1.")
     assert int(pins["K8S_VERSION"].split(".")[1]) >= 36
     assert pins["ETCD_VERSION"].startswith("3.6.")
+
+
+def test_extra_args_follow_a_components_own_flags_and_audit_rules_replace_the_default(
+    tmp_path: Path,
+) -> None:
+    """The hooks a benchmark sizes its cluster with (operator_scale.bench_cluster)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("kube-apiserver", "kube-scheduler"):
+        exe = bin_dir / name
+        exe.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/{name}.args\n')
+        exe.chmod(0o755)
+    rules: list[dict[str, object]] = [{"level": "Metadata", "verbs": ["get"]}, {"level": "None"}]
+    lc = LocalCluster(
+        state_dir=tmp_path,
+        bin_dir=bin_dir,
+        extra_args={"kube-apiserver": ["--service-cluster-ip-range=10.0.0.0/16"]},
+        audit_rules=rules,
+    )
+    lc.log_dir.mkdir()
+    state = _State(Ports.free())
+    for name in ("kube-apiserver", "kube-scheduler"):
+        lc._spawn(state, name, ["--service-cluster-ip-range=10.0.0.0/24"]).wait(timeout=10)
+    # given twice, the later flag wins in the components' flag parser
+    assert (tmp_path / "kube-apiserver.args").read_text().split() == [
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--service-cluster-ip-range=10.0.0.0/16",
+    ]
+    assert (tmp_path / "kube-scheduler.args").read_text().split() == [
+        "--service-cluster-ip-range=10.0.0.0/24"
+    ]
+    assert json.loads(lc._audit_policy().read_text())["rules"] == rules
+    default = LocalCluster(state_dir=tmp_path / "other", bin_dir=bin_dir)
+    default.state_dir.mkdir()
+    assert json.loads(default._audit_policy().read_text())["rules"][-1] == {"level": "None"}
+    assert json.loads(default._audit_policy().read_text())["rules"] != rules
