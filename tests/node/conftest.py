@@ -9,12 +9,16 @@ images of scripts/build-images.sh.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 import pytest
 
+from vllm_localenv import model_volume
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
+from vllm_localenv.operator_process import OperatorProcess, install
 
 NODE_STATE_DIR = REPO_ROOT / ".state" / "node-cluster"
 
@@ -49,3 +53,51 @@ def real_cluster() -> Iterator[LocalCluster]:
     lc = node_cluster()
     with lc.session():
         yield lc
+
+
+@pytest.fixture(scope="module")
+def host_operator(
+    real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """This checkout's operator on the host, as its own ServiceAccount (the status a test
+    reads is written by this code without rebuilding the operator image), with the images
+    built here for the benchmark Job and CPU services. One per test module."""
+    install(real_cluster)
+    op = OperatorProcess(
+        real_cluster,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        resync_seconds=5,
+        extra_env={
+            "VLLM_OPERATOR_BENCHMARK_IMAGE": "localhost/vllm-bench:dev",
+            "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
+        },
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+@contextmanager
+def namespace_with_model(lc: LocalCluster, prefix: str) -> Iterator[str]:
+    """A fresh namespace holding the tiny model on a local PersistentVolume (model_volume:
+    the PVC `tiny-model`); deleted afterwards."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    lc.kubectl("create", "namespace", ns)
+    model_volume.create(lc, ns)
+    try:
+        yield ns
+    finally:
+        lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        model_volume.delete(lc, ns)
+
+
+@pytest.fixture
+def model_namespace(
+    request: pytest.FixtureRequest, real_cluster: LocalCluster, host_operator: OperatorProcess
+) -> Iterator[str]:
+    """namespace_with_model for a test of the host operator, named after the test module's
+    NAMESPACE_PREFIX."""
+    with namespace_with_model(
+        real_cluster, getattr(request.module, "NAMESPACE_PREFIX", "node")
+    ) as ns:
+        yield ns

@@ -21,8 +21,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +29,11 @@ import pytest
 from kubernetes.utils import parse_quantity
 
 from tests.support import ready, sample, wait_for
-from vllm_localenv import model_volume
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster
 from vllm_localenv.node import NODE_NAME
-from vllm_localenv.operator_process import OperatorProcess, install
 
 pytestmark = pytest.mark.node
+NAMESPACE_PREFIX = "scale"  # conftest.model_namespace
 
 NAME = "tiny-scale"
 # the lab's band, the defaults: the local Prometheus evaluates the shipped generic rules file,
@@ -50,36 +47,6 @@ SERVER = f"serving.vllm-operator.dev/service={NAME},app.kubernetes.io/component=
 
 def _json(lc: LocalCluster, *args: str) -> Any:
     return json.loads(lc.kubectl(*args, "-o", "json"))
-
-
-@pytest.fixture(scope="module")
-def host_operator(
-    real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    install(real_cluster)
-    op = OperatorProcess(
-        real_cluster,
-        tmp_path_factory.mktemp("operator") / "operator.log",
-        resync_seconds=5,
-        extra_env={
-            "VLLM_OPERATOR_BENCHMARK_IMAGE": "localhost/vllm-bench:dev",
-            "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
-        },
-    )
-    op.start()
-    yield op
-    op.stop()
-
-
-@pytest.fixture
-def model_namespace(real_cluster: LocalCluster, host_operator: OperatorProcess) -> Iterator[str]:
-    lc = real_cluster
-    ns = f"scale-{uuid.uuid4().hex[:8]}"
-    lc.kubectl("create", "namespace", ns)
-    model_volume.create(lc, ns)
-    yield ns
-    lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    model_volume.delete(lc, ns)
 
 
 def _scaled_service() -> dict[str, Any]:

@@ -21,8 +21,6 @@ import json
 import random
 import threading
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,45 +28,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import get, items, ready, sample, wait_for
-from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
-from vllm_localenv.operator_process import OperatorProcess, install
 
 pytestmark = pytest.mark.node
+NAMESPACE_PREFIX = "onepod"  # conftest.model_namespace
 
 NAME = "tiny-two"
 SERVER = f"serving.vllm-operator.dev/service={NAME},app.kubernetes.io/component=server"
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india")
-
-
-@pytest.fixture(scope="module")
-def host_operator(
-    real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    install(real_cluster)
-    op = OperatorProcess(
-        real_cluster,
-        tmp_path_factory.mktemp("operator") / "operator.log",
-        resync_seconds=5,
-        extra_env={
-            "VLLM_OPERATOR_BENCHMARK_IMAGE": "localhost/vllm-bench:dev",
-            "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
-        },
-    )
-    op.start()
-    yield op
-    op.stop()
-
-
-@pytest.fixture
-def model_namespace(real_cluster: LocalCluster, host_operator: OperatorProcess) -> Iterator[str]:
-    lc = real_cluster
-    ns = f"onepod-{uuid.uuid4().hex[:8]}"
-    lc.kubectl("create", "namespace", ns)
-    model_volume.create(lc, ns)
-    yield ns
-    lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    model_volume.delete(lc, ns)
 
 
 def _service(benchmark: bool) -> dict[str, Any]:
