@@ -20,6 +20,9 @@ from vllm_localenv.vllm_server import free_port
 
 CRD_FILES = (REPO_ROOT / "crds" / "kopf-peering.yaml", REPO_ROOT / "crds" / "vllmservices.yaml")
 RBAC_FILE = REPO_ROOT / "deploy" / "rbac.yaml"
+# what RBAC cannot say (README: Permissions), held to the operator's account like a user's
+# install: deploy_operator applies it, so the demo and the real-node tier run under it
+ADMISSION_POLICY_FILE = REPO_ROOT / "deploy" / "admission-policy.yaml"
 OPERATOR_NAMESPACE = "vllm-operator-system"
 OPERATOR_ACCOUNT = "vllm-operator"
 
@@ -43,8 +46,10 @@ LOCAL_OVERLAY = REPO_ROOT / "deploy" / "local"
 
 def deploy_operator(cluster: LocalCluster, timeout_seconds: int = 300) -> None:
     """The operator in-cluster from its image (deploy/local over deploy/operator.yaml: the
-    images built here, never pulled), after the CRDs and RBAC; waits for its rollout."""
+    images built here, never pulled), after the CRDs, RBAC and admission policies (as the
+    README's install has it); waits for its rollout."""
     install(cluster)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ADMISSION_POLICY_FILE))
     manifest = cluster.kubectl(
         "kustomize", "--load-restrictor=LoadRestrictionsNone", str(LOCAL_OVERLAY)
     )

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.node.conftest import namespace_with_model
 from tests.support import SAMPLES, wait_for
-from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.node import NODE_NAME
 from vllm_localenv.operator_process import deploy_operator
@@ -42,13 +41,8 @@ def operator_in_cluster(real_cluster: LocalCluster) -> LocalCluster:
 @pytest.fixture
 def model_namespace(operator_in_cluster: LocalCluster) -> Iterator[str]:
     """A namespace with the PVC `tiny-model` bound to a local volume holding the tiny model."""
-    lc = operator_in_cluster
-    ns = f"e2e-{uuid.uuid4().hex[:8]}"
-    lc.kubectl("create", "namespace", ns)
-    model_volume.create(lc, ns)
-    yield ns
-    lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    model_volume.delete(lc, ns)
+    with namespace_with_model(operator_in_cluster, "e2e") as ns:
+        yield ns
 
 
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +75,12 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     operator_in_cluster: LocalCluster, model_namespace: str
 ) -> None:
     lc, ns = operator_in_cluster, model_namespace
+    # the operator runs under the admission policies a user's install applies (deploy_operator):
+    # everything below passed them
+    bindings = _json(lc, "get", "validatingadmissionpolicybindings")["items"]
+    assert {"vllm-operator-pods", "vllm-operator-benchmark-rbac"} <= {
+        b["metadata"]["name"] for b in bindings
+    }
     lc.kubectl("apply", "-n", ns, "-f", str(SAMPLES / "tiny-cpu.yaml"))
     lc.kubectl(
         "wait",
