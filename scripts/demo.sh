@@ -27,16 +27,26 @@ echo
 echo "benchmarking the rollout (a Job running the benchmark image on the real node)..."
 kubectl wait --for=condition=BenchmarkComplete vllmservice/tiny-cpu --timeout=900s
 rev1=$(kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark.revision}')
+rev=$rev1 state=
 kubectl get vllmservices -o wide
 echo
 echo "a spec change rolls the pod and benchmarks the new revision..."
 kubectl patch vllmservice tiny-cpu --type=merge -p '{"spec":{"engine":{"maxNumSeqs":8}}}'
-for _ in $(seq 1 600); do
+deadline=$(( $(date +%s) + 1200 ))
+until [ "$rev" != "$rev1" ] && [ "$state" = "Complete" ] 2>/dev/null; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "demo: the new revision was not benchmarked within 20 minutes (revision '$rev'," \
+      "state '$state'); kubectl describe vllmservice tiny-cpu says why" >&2
+    exit 1
+  fi
+  sleep 2
   rev=$(kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark.revision}')
   state=$(kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark.state}')
-  if [ "$rev" != "$rev1" ] && [ "$state" = "Complete" ]; then break; fi
-  if [ "$rev" != "$rev1" ] && [ "$state" = "Failed" ]; then echo "benchmark failed" >&2; exit 1; fi
-  sleep 2
+  if [ "$rev" != "$rev1" ] && [ "$state" = "Failed" ]; then
+    echo "demo: the new revision's benchmark failed" >&2
+    kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark}' >&2
+    exit 1
+  fi
 done
 kubectl get vllmservices -o wide
 echo
