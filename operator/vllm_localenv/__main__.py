@@ -1,7 +1,7 @@
 """Command line for the local environment: `python -m vllm_localenv COMMAND`.
 
 up | down | status | reset | env     the local cluster
-deploy-operator                     CRDs + RBAC + the operator in-cluster from its image
+deploy-operator                     CRDs + RBAC + admission policies + the operator in-cluster
 model-volume NAMESPACE              a PVC bound to a local volume holding the tiny model
 operator                            CRDs + RBAC + the operator as a host process (development)
 vllm                                a real vLLM server on CPU on the host (the tiny model)
@@ -136,7 +136,7 @@ COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str
     "env": (_env, "print the export line for kubectl"),
     "deploy-operator": (
         _deploy_operator,
-        "install the CRDs and RBAC and run the operator in-cluster from its image (real node)",
+        "CRDs, RBAC, admission policies, the operator in-cluster from its image (real node)",
     ),
     "model-volume": (
         _model_volume,
