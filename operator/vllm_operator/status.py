@@ -122,7 +122,8 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
                 "Progressing",
                 "True",
                 "RollingOut",
-                f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready",
+                f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready"
+                + (f"; {obs.waiting}" if obs.waiting else ""),
             )
         )
     problem = obs.pod_problems[0] if obs.pod_problems else None
