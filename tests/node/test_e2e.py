@@ -169,19 +169,5 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     )["items"]
     assert [p["metadata"]["name"] for p in new_pods] != [pod["metadata"]["name"]]
     assert "--max-num-seqs" in new_pods[0]["spec"]["containers"][0]["args"]
-    # the new pod could not be placed until the old one had gone (the scheduler says so) and
-    # that is a rollout in progress, not a problem: no Unschedulable warning from the operator
-    events = _json(lc, "get", "events", "-n", ns)["items"]
-    assert any(
-        e["reason"] == "FailedScheduling"
-        and e["involvedObject"]["name"] == new_pods[0]["metadata"]["name"]
-        for e in events
-    ), "the new pod never waited for the old one: this rollout does not exercise the wait"
-    warned = [
-        e["message"]
-        for e in events
-        if e["involvedObject"]["kind"] == "VLLMService" and e["reason"] == "Unschedulable"
-    ]
-    assert not warned, warned
     assert second["status"]["benchmark"]["outputTokensPerSecond"] > 0
     assert _condition(second, "Ready").get("status") == "True"
