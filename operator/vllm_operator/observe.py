@@ -9,14 +9,7 @@ from typing import Any
 
 from vllm_operator.apply import Writer, written_generation
 from vllm_operator.gates import CONFIRMATION_KEY, Run
-from vllm_operator.observed import (
-    JobState,
-    Observed,
-    PodProblem,
-    pod_problems,
-    rolled_out,
-    waiting_for_termination,
-)
+from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems, rolled_out
 from vllm_operator.render.benchmark import (
     COMPONENT,
     MESSAGE_KEY,
@@ -45,14 +38,12 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
     if svc.spec.autoscaling.enabled:
         hpa = writer.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
     problems: tuple[PodProblem, ...] = ()
-    waiting = ""
     if deployment is not None:
         ready = deployment.get("status", {}).get("readyReplicas", 0)
         wanted = deployment.get("spec", {}).get("replicas", 0)
         if ready < wanted:  # only look at pods when something is missing
             selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
-            listed = writer.list_children("v1", "Pod", svc.namespace, selector)
-            problems, waiting = pod_problems(listed), waiting_for_termination(listed)
+            problems = pod_problems(writer.list_children("v1", "Pod", svc.namespace, selector))
     jobs: tuple[JobState, ...] = ()
     runs: tuple[Run, ...] = ()
     if svc.spec.benchmark.enabled:
@@ -68,7 +59,6 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
         deployment=deployment,
         hpa=hpa,
         pod_problems=problems,
-        waiting=waiting,
         # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are
         # served; elsewhere the status says so (Monitoring=False)
         monitoring_crds=writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),

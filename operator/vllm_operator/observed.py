@@ -44,9 +44,6 @@ class Observed:
     deployment: dict[str, Any] | None
     hpa: dict[str, Any] | None = None
     pod_problems: tuple[PodProblem, ...] = field(default_factory=tuple)
-    # a pod the scheduler cannot place until another of the service terminates (why a
-    # rollout waits; not a problem): observed.waiting_for_termination
-    waiting: str = ""
     # the Prometheus Operator's CRDs are served (its objects can be applied)
     monitoring_crds: bool = False
     # the benchmark history (gates.Run, oldest first) and the runs' Jobs, when enabled
@@ -80,48 +77,19 @@ def rolled_out(deployment: dict[str, Any]) -> bool:
     )
 
 
-def _unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for cond in pod.get("status", {}).get("conditions", []):
-        if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
-            return dict(cond)
-    return None
-
-
-def _terminating(pods: list[dict[str, Any]]) -> list[str]:
-    return [str(p["metadata"]["name"]) for p in pods if p["metadata"].get("deletionTimestamp")]
-
-
 def pod_problems(pods: list[dict[str, Any]]) -> tuple[PodProblem, ...]:
-    """What keeps the service's pods from serving. A pod the scheduler cannot place while
-    another pod of the service is terminating is not one: the terminating pod still holds
-    its node's resources (a maxSurge 0 rollout on a full node), so the new pod waits for it
-    (`waiting_for_termination`); once none is terminating, Unschedulable is a problem."""
     problems = []
-    terminating = _terminating(pods)
     for pod in pods:
         name = pod["metadata"]["name"]
         status = pod.get("status", {})
-        unschedulable = _unschedulable(pod)
-        if unschedulable is not None and not terminating:
-            problems.append(PodProblem(name, "Unschedulable", unschedulable.get("message", "")))
+        for cond in status.get("conditions", []):
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                problems.append(PodProblem(name, "Unschedulable", cond.get("message", "")))
         for cs in status.get("containerStatuses", []):
             waiting = cs.get("state", {}).get("waiting") or {}
             if waiting.get("reason") in BAD_WAITING:
                 problems.append(PodProblem(name, waiting["reason"], waiting.get("message", "")))
     return tuple(problems)
-
-
-def waiting_for_termination(pods: list[dict[str, Any]]) -> str:
-    """`pod A waits for terminating pod B ...` when the scheduler cannot place a pod of the
-    service while another one is terminating (pod_problems: not a problem); "" otherwise."""
-    terminating = _terminating(pods)
-    pending = [p["metadata"]["name"] for p in pods if _unschedulable(p) is not None]
-    if not terminating or not pending:
-        return ""
-    return (
-        f"pod {', '.join(pending)} waits for terminating pod {', '.join(terminating)} to "
-        "release its resources"
-    )
 
 
 @dataclass(frozen=True)

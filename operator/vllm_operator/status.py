@@ -122,8 +122,7 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
                 "Progressing",
                 "True",
                 "RollingOut",
-                f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready"
-                + (f"; {obs.waiting}" if obs.waiting else ""),
+                f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready",
             )
         )
     problem = obs.pod_problems[0] if obs.pod_problems else None

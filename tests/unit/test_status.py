@@ -9,13 +9,7 @@ import pytest
 
 from tests.unit.builders import service
 from vllm_operator.gates import Run
-from vllm_operator.observed import (
-    BenchView,
-    Observed,
-    PodProblem,
-    pod_problems,
-    waiting_for_termination,
-)
+from vllm_operator.observed import BenchView, Observed, PodProblem, pod_problems
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
 
@@ -408,32 +402,6 @@ def test_pod_problems_from_pods() -> None:
         PodProblem("a", "Unschedulable", "0/1 nodes"),
         PodProblem("b", "CrashLoopBackOff", "back-off"),
     )
-
-
-def _pending(name: str) -> dict[str, Any]:
-    reason = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-    message = "0/3 nodes are available: 1 Insufficient cpu."
-    return {"metadata": {"name": name}, "status": {"conditions": [{**reason, "message": message}]}}
-
-
-def test_a_pod_waiting_for_a_terminating_pod_of_the_service_is_a_rollout_not_a_problem() -> None:
-    """maxSurge 0 on a full node: the new pod cannot be placed until the old one has gone.
-    Degraded would say that every such rollout is broken (and a Warning event with it)."""
-    old = {"metadata": {"name": "old-1", "deletionTimestamp": "2026-12-01T00:48:00Z"}}
-    pods = [old, _pending("new-1")]
-    assert pod_problems(pods) == ()
-    waiting = waiting_for_termination(pods)
-    assert waiting == "pod new-1 waits for terminating pod old-1 to release its resources"
-    st = status(Observed(deployment=deployment(1, ready=0, available=0), waiting=waiting))
-    assert cond(st, "Degraded")["status"] == "False"
-    assert cond(st, "Progressing")["reason"] == "RollingOut"
-    assert cond(st, "Progressing")["message"].endswith(f"; {waiting}")
-    # once no pod of the service is terminating, the pod that still cannot be placed is one
-    assert pod_problems([_pending("new-1")]) == (
-        PodProblem("new-1", "Unschedulable", "0/3 nodes are available: 1 Insufficient cpu."),
-    )
-    assert waiting_for_termination([_pending("new-1")]) == ""
-    assert waiting_for_termination([old]) == ""
 
 
 def test_pods_that_cannot_be_created_are_reported_not_a_rollout_in_progress() -> None:
