@@ -28,19 +28,18 @@ if [ "$#" -gt 0 ] || [ "${VLLM_OPERATOR_TESTS_SERIAL:-}" = 1 ]; then
   exit $?
 fi
 
-tier() {  # tier NAME MARKER-EXPRESSION -> runs it with each output line prefixed "[NAME] "
+tier() {  # tier NAME MARKER-EXPRESSION [PYTEST-ARGS...] -> each output line prefixed "[NAME] "
   local name=$1 marker=$2 rc
-  # the cache plugin writes .pytest_cache from both processes: only the larger tier keeps it
-  local cache=()
-  [ "$name" = node ] && cache=(-p no:cacheprovider)
-  pytest_rc -m "$marker" "${cache[@]}" 2>&1 | sed -u "s/^/[$name] /"
+  shift 2
+  pytest_rc -m "$marker" "$@" 2>&1 | sed -u "s/^/[$name] /"
   rc=${PIPESTATUS[0]}
   echo "[$name] run-tests: tier '$marker' exited with $rc"
   return "$rc"
 }
 
 start=$(date +%s)
-tier node "node" &
+# the cache plugin would write .pytest_cache from both processes: only the larger tier keeps it
+tier node "node" -p no:cacheprovider &
 node_pid=$!
 tier rest "not node" &
 rest_pid=$!
