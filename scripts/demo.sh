@@ -29,8 +29,8 @@ echo
 benchmarked() {
   local before=$1 rev state deadline=$(( $(date +%s) + 1200 ))
   while :; do
-    rev=$(kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark.revision}')
-    state=$(kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark.state}')
+    IFS=/ read -r rev state < <(kubectl get vllmservice tiny-cpu \
+      -o jsonpath='{.status.benchmark.revision}/{.status.benchmark.state}{"\n"}') || true
     if [ -n "$rev" ] && [ "$rev" != "$before" ]; then
       case "$state" in
         Complete) echo "$rev"; return 0 ;;
