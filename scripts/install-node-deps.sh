@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the real node and the image builds need, and only those missing:
-#   containerd runc containernetworking-plugins iptables conntrack  (the node's runtime and network)
-#   debootstrap buildah fuse-overlayfs                              (images built without Docker)
-#   prometheus lua5.1                                               (monitoring tier)
+# Installs the Debian packages that the real node, the image builds, the monitoring tier and
+# the chart's tests need, and only those missing. The list is scripts/host-packages.tsv, the
+# same file the real node checks its commands against (operator/vllm_localenv/node.py) and
+# scripts/prove-fresh-install.sh proves from an empty Debian root.
 # Idempotent: when every package is installed it only runs dpkg-query (well under a second).
+# Usage: install-node-deps.sh [--list]   (--list prints the package names and installs nothing)
 set -euo pipefail
-PACKAGES=(containerd runc containernetworking-plugins iptables conntrack debootstrap buildah
-  fuse-overlayfs prometheus lua5.1)
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LIST="$ROOT/scripts/host-packages.tsv"
 die() { echo "install-node-deps: ERROR: $*" >&2; exit 1; }
+[ -r "$LIST" ] || die "$LIST is missing"
+mapfile -t PACKAGES < <(awk -F'\t' '!/^#/ && NF >= 3 {print $1}' "$LIST")
+[ "${#PACKAGES[@]}" -gt 0 ] || die "$LIST lists no package"
+if [ "${1:-}" = --list ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -15,7 +20,7 @@ for p in "${PACKAGES[@]}"; do
   [ "$status" = installed ] || missing+=("$p")
 done
 if [ "${#missing[@]}" = 0 ]; then
-  echo "node packages present (${PACKAGES[*]})"; exit 0
+  echo "host packages present (${PACKAGES[*]})"; exit 0
 fi
 command -v apt-get >/dev/null || die "apt-get not found: install ${missing[*]} with your package manager"
 SUDO=(); [ "$(id -u)" = 0 ] || SUDO=(sudo)

@@ -6,6 +6,7 @@ model-volume NAMESPACE              a PVC bound to a local volume holding the ti
 operator                            CRDs + RBAC + the operator as a host process (development)
 vllm                                a real vLLM server on CPU on the host (the tiny model)
 play-benchmark SERVICE              run a benchmark Job's command on the host (simulated GPU pods)
+check-host                          every command of scripts/host-packages.tsv is on this host
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_localenv import benchjob, model_volume
+from vllm_localenv import benchjob, host_packages, model_volume
 from vllm_localenv.cluster import DEFAULT_STATE_DIR, ClusterError, LocalCluster, Ports
 from vllm_localenv.node import NodeError
 from vllm_localenv.operator_process import OperatorProcess, deploy_operator, install
@@ -128,6 +129,17 @@ def _play(cluster: LocalCluster, args: argparse.Namespace) -> int:
     return code
 
 
+def _check_host(_: LocalCluster, args: argparse.Namespace) -> int:
+    purposes = tuple(args.purpose) if args.purpose else None
+    missing = host_packages.missing(purposes)
+    if missing:
+        print("missing: " + ", ".join(missing) + "; " + host_packages.install_hint())
+        return 1
+    listed = [p for p in host_packages.load() if purposes is None or p.purpose in purposes]
+    print(f"host commands present: {sum(len(p.commands) for p in listed)} of {len(listed)} packages")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str]] = {
     "up": (_up, "start the local cluster (no-op when it is running)"),
     "down": (_down, "stop the processes this tool started, and nothing else"),
@@ -155,6 +167,10 @@ COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str
             "start a real vLLM server on CPU (the tiny test model) in the background "
             "on 127.0.0.1 (stopped by `down`)"
         ),
+    ),
+    "check-host": (
+        _check_host,
+        "check that every command of scripts/host-packages.tsv is on this host",
     ),
     "play-benchmark": (
         _play,
@@ -186,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parsers["play-benchmark"].add_argument("service")
     parsers["play-benchmark"].add_argument("-n", "--namespace", default="default")
     parsers["play-benchmark"].add_argument("--url", default="http://127.0.0.1:18000")
+    parsers["check-host"].add_argument(
+        "--purpose",
+        action="append",
+        choices=sorted({p.purpose for p in host_packages.load()}),
+        help="only the packages for this purpose (repeatable; default: all)",
+    )
     args = parser.parse_args(argv)
     ports = Ports.free() if os.environ.get("VLLM_LOCALENV_PORTS") == "free" else None
     # the real node (kubelet + containerd on this host) is on unless switched off

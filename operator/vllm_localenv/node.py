@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_localenv import hoststate, pki
+from vllm_localenv import host_packages, hoststate, pki
 
 BRIDGE = "vllmop0"
 BRIDGE_IP = pki.BRIDGE_IP
@@ -40,16 +39,6 @@ GUARD_CHAIN = "VLLMOP-GUARD"
 HOST_LOCK = Path(os.environ.get("VLLM_LOCALENV_NODE_LOCK", "/run/vllm-operator-node.json"))
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy", "coredns")
 PAUSE_IMAGE = "localhost/pause:local"
-REQUIRED_HOST_TOOLS = {
-    "containerd": "containerd",
-    "runc": "runc",
-    "ctr": "containerd",
-    "iptables": "iptables",
-    "ip6tables": "iptables",
-    "conntrack": "conntrack",
-    "nft": "nftables",
-    "ip": "iproute2",
-}
 
 
 class NodeError(RuntimeError):
@@ -76,15 +65,7 @@ class NodeLock:
 
 
 def missing_host_tools() -> list[str]:
-    missing = [
-        f"{tool} (Debian {pkg})"
-        for tool, pkg in REQUIRED_HOST_TOOLS.items()
-        if not shutil.which(tool)
-    ]
-    for plugin in ("bridge", "host-local", "loopback", "portmap"):
-        if not Path("/usr/lib/cni", plugin).exists():
-            missing.append(f"/usr/lib/cni/{plugin} (Debian containernetworking-plugins)")
-    return missing
+    return host_packages.missing(("node",))
 
 
 Spawn = Callable[[str, list[str], Path | None], subprocess.Popen[bytes]]
@@ -129,7 +110,7 @@ class RealNode:
         problems = missing_host_tools()
         if problems:
             raise NodeError(
-                "the real node needs: " + ", ".join(problems) + "; run scripts/install-node-deps.sh"
+                "the real node needs: " + ", ".join(problems) + "; " + host_packages.install_hint()
             )
         lock = NodeLock.read()
         if lock is not None:
