@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
+from tests.support import setup_missing
 from vllm_localenv.cluster import REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "vllm-operator"
@@ -27,7 +27,7 @@ HELM_PLUGINS = CACHE / "helm-plugins"
 
 def need_helm() -> None:
     if not HELM.exists():
-        pytest.skip("helm is not built: make helm (scripts/build-helm.sh)")
+        setup_missing("helm is not built: make helm (scripts/build-helm.sh)")
 
 
 def helm(
@@ -106,7 +106,7 @@ def argocd_health(obj: dict[str, Any]) -> tuple[str, str]:
     """(status, message) of deploy/argocd/health.lua under Debian's lua5.1 for one object."""
     lua = shutil.which("lua5.1")
     if lua is None:
-        pytest.skip("lua5.1 is not installed (scripts/install-node-deps.sh)")
+        setup_missing("lua5.1 is not installed (scripts/install-node-deps.sh)")
     driver = (
         f"obj = {lua_literal(obj)}\n"
         f"local hs = dofile({lua_literal(str(HEALTH_LUA))})\n"

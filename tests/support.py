@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import pytest
 import yaml
 
 from vllm_localenv.cluster import REPO_ROOT, LocalCluster
@@ -17,6 +19,15 @@ SAMPLES = REPO_ROOT / "crds" / "samples"
 # the operators the session's fixtures started (a test that needs to be the only operator of
 # the cluster stops and restarts them)
 SESSION_OPERATORS: list[Any] = []
+
+
+def setup_missing(message: str) -> NoReturn:
+    """A tool or image that `make setup` provides is missing: a failure under CI (where
+    setup ran, so its absence is a defect of the install path), a skip on a developer's
+    machine that has not run that part of the setup."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI: `make setup` should have provided it)")
+    pytest.skip(message)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:

@@ -136,7 +136,9 @@ def _check_host(_: LocalCluster, args: argparse.Namespace) -> int:
         print("missing: " + ", ".join(missing) + "; " + host_packages.install_hint())
         return 1
     listed = [p for p in host_packages.load() if purposes is None or p.purpose in purposes]
-    print(f"host commands present: {sum(len(p.commands) for p in listed)} of {len(listed)} packages")
+    print(
+        f"host commands present: {sum(len(p.commands) for p in listed)} of {len(listed)} packages"
+    )
     return 0
 
 

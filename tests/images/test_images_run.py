@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import setup_missing
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "build-images.sh"
 CACHE = Path(
@@ -27,9 +29,14 @@ NON_ROOT = "65532"
 
 pytestmark = [
     pytest.mark.images,
-    pytest.mark.skipif(shutil.which("buildah") is None, reason="buildah is not installed"),
     pytest.mark.skipif(os.geteuid() != 0, reason="buildah's storage and debootstrap need root"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _buildah_installed() -> None:
+    if shutil.which("buildah") is None:
+        setup_missing("buildah is not installed (scripts/install-node-deps.sh)")
 
 
 def buildah(*args: str, timeout: float = 300) -> str:
@@ -165,7 +172,7 @@ def vllm_image() -> Iterator[Container]:
         capture_output=True,
     ).returncode
     if missing:
-        pytest.skip(f"{ref} is not built (`make images` builds it; about 10 minutes)")
+        setup_missing(f"{ref} is not built (`make images` builds it; about 10 minutes)")
     yield from container(ref)
 
 
