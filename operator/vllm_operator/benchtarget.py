@@ -9,7 +9,9 @@ The gates and the rollback act on these numbers, so they must be one pod's.
 The pods of the new revision, without reading ReplicaSets (the operator's RBAC stays as it
 is: it may list pods, nothing more): when the Deployment reports its rollout complete for
 its current generation (`updatedReplicas == replicas`: every pod it counts is of the current
-ReplicaSet), the pods that are not terminating are that ReplicaSet's. As a guard against a
+ReplicaSet), the pods that are not terminating, and not finished (phase Failed or Succeeded:
+an evicted pod, a pod of a node that shut down; no ReplicaSet counts those), are that
+ReplicaSet's. As a guard against a
 read of the pods that is newer than the read of the Deployment, every candidate must carry the
 same `pod-template-hash` label and be controlled by the ReplicaSet `<deployment>-<hash>`;
 pods of two hashes mean a rollout is under way and nothing is chosen yet.
@@ -64,6 +66,13 @@ def _ready(pod: dict[str, Any]) -> bool:
     return ready and status.get("phase") == "Running" and bool(status.get("podIP"))
 
 
+def _finished(pod: dict[str, Any]) -> bool:
+    """A pod that will never run again (evicted, its node shut down, or exited): it stays in
+    the API until the pod garbage collector removes it, but no ReplicaSet counts it (the
+    Deployment's status does not either), so it says nothing about a rollout under way."""
+    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
 def _controller(pod: dict[str, Any]) -> dict[str, Any]:
     refs = pod["metadata"].get("ownerReferences") or []
     return next((r for r in refs if r.get("controller")), {})
@@ -85,7 +94,7 @@ def revision_pods(
             f"the rollout is under way ({st.get('updatedReplicas', 0)} of "
             f"{st.get('replicas', 0)} pods updated)"
         )
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and not _finished(p)]
     hashes = {(p["metadata"].get("labels") or {}).get(HASH_LABEL) for p in live}
     if len(hashes) > 1:
         return [], "pods of more than one ReplicaSet are running: a rollout is under way"

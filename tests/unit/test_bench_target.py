@@ -10,7 +10,7 @@ from typing import Any
 from tests.unit.builders import service
 from vllm_bench.cli import build_parser
 from vllm_operator.benchmarking import render_start
-from vllm_operator.benchtarget import Target, choose_target, revision_pods, target_gone
+from vllm_operator.benchtarget import Choice, Target, choose_target, revision_pods, target_gone
 from vllm_operator.gates import Run
 from vllm_operator.observed import BenchView, JobState, Observed
 from vllm_operator.policy import Plan, Start, decide
@@ -50,6 +50,7 @@ def pod(
     terminating: bool = False,
     owner: str | None = None,
     uid: str | None = None,
+    phase: str = "Running",
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -63,7 +64,7 @@ def pod(
     if terminating:
         meta["deletionTimestamp"] = "2026-11-30T18:00:00Z"
     status: dict[str, Any] = {
-        "phase": "Running",
+        "phase": phase,
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
     }
     if ip:
@@ -96,6 +97,20 @@ def test_terminating_pods_of_the_old_revision_are_never_chosen() -> None:
     assert got.pod == "svc-7c9f-new"
     # a terminating pod of the new revision either (it is on its way out: a scale-in)
     assert choose_target(deployment(replicas=1, updated=1), [pods[0]], 8000).target is None
+
+
+def test_finished_pods_of_an_older_replicaset_do_not_block_the_choice() -> None:
+    """Issue 19, item 7: an evicted pod (or one whose node shut down) of an older ReplicaSet
+    stays in the API, phase Failed, until the pod garbage collector removes it; the
+    Deployment controller no longer counts it, and neither does the choice of a pod."""
+    new = pod("svc-7c9f-new", "2026-11-30T17:00:00Z", ip="10.85.0.8")
+    for phase in ("Failed", "Succeeded"):
+        old = pod("svc-1111-old", "2026-11-30T16:00:00Z", hash_="1111", phase=phase, ip=None)
+        got = choose_target(deployment(replicas=1, updated=1), [old, new], 8000)
+        assert got == Choice(Target("svc-7c9f-new", "uid-svc-7c9f-new", "10.85.0.8", 8000))
+        # a failed pod of the current ReplicaSet is never chosen either (its replacement is)
+        evicted = pod("svc-7c9f-evicted", "2026-11-30T16:30:00Z", phase=phase)
+        assert choose_target(deployment(replicas=1, updated=1), [evicted, new], 8000) == got
 
 
 def test_nothing_is_chosen_while_a_rollout_is_under_way() -> None:
@@ -208,6 +223,10 @@ def test_a_run_starts_on_the_oldest_ready_pod_and_waits_while_there_is_none() ->
     assert planned(Observed(deployment=rolled_out(), pods=unready)).start is None
     # no pods read: the Service, as before runs targeted a pod
     assert planned(Observed(deployment=rolled_out())).start == Start(RUN, REV)
+    # an evicted pod of an older ReplicaSet, left in the API, does not hold the run back
+    evicted = pod("minimal-1111-old", "2026-11-30T16:00:00Z", hash_="1111", phase="Failed")
+    got = planned(Observed(deployment=rolled_out(), pods=(evicted, *PODS))).start
+    assert got == Start(RUN, REV, target=OLDEST)
 
 
 def test_the_rendered_start_measures_the_chosen_pod() -> None:
