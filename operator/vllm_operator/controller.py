@@ -77,6 +77,7 @@ class Controller:
         # written by the reconcile itself must not wake it again
         self._seen: dict[Key, tuple[Any, ...]] = {}
         self._seen_lock = threading.Lock()
+        self._gauges_lock = threading.Lock()
 
     def start(self) -> None:
         self.writer.cache = self.cache  # answers only once a kind's watch has listed
@@ -107,8 +108,10 @@ class Controller:
             self.active.set()
             log.info("active: reconciling %d services", len(keys))
         elif not active and self.active.is_set():
-            self.active.clear()
-            log.info("standing by: no reconciles, no writes")
+            with self._gauges_lock:  # a reconcile finishing now publishes nothing after this
+                self.active.clear()
+                metrics.forget_all()
+            log.info("standing by: no reconciles, no writes, no per-service gauges")
 
     # -- events -------------------------------------------------------------------------------
 
@@ -194,8 +197,7 @@ class Controller:
             self.events.record(fresh, event.type, event.reason, event.message)
         return self._record(namespace, name, outcome)
 
-    @staticmethod
-    def _record(namespace: str, name: str, outcome: Outcome) -> Result:
+    def _record(self, namespace: str, name: str, outcome: Outcome) -> Result:
         if outcome.invalid is not None:
             metrics.RECONCILES.labels("invalid").inc()
             return Result.INVALID
@@ -211,7 +213,9 @@ class Controller:
                 name,
                 ", ".join(f"{c.kind} {c.name} {c.action}" for c in outcome.changes),
             )
-        metrics.record_runs(namespace, name, outcome.runs)
-        metrics.record_rollback(namespace, name, outcome.rolled_back_to)
-        metrics.record_autoscaler(namespace, name, outcome.scaling_active)
+        with self._gauges_lock:
+            if self.active.is_set():  # only the leader exports the per-service gauges
+                metrics.record_runs(namespace, name, outcome.runs)
+                metrics.record_rollback(namespace, name, outcome.rolled_back_to)
+                metrics.record_autoscaler(namespace, name, outcome.scaling_active)
         return Result.OK

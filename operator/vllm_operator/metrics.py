@@ -158,6 +158,15 @@ def record_runs(namespace: str, service: str, runs: tuple[Run, ...] | list[Run])
     _published[(namespace, service)] = now
 
 
+def forget_all() -> None:
+    """Removes every per-service series: a replica that stops leading must not go on
+    exporting what it last saw (VLLMRolledBack would keep firing from the deposed leader after
+    the new leader cleared the rollback); the new leader publishes them afresh."""
+    for gauge in (*BENCH.values(), BENCHMARK_PASSED, ROLLBACK_ACTIVE, AUTOSCALER_SCALING_ACTIVE):
+        gauge.clear()
+    _published.clear()
+
+
 def forget(namespace: str, service: str) -> None:
     record_runs(namespace, service, [])
     record_rollback(namespace, service, None)

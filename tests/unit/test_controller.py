@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from tests.unit.fake_api import FakeApi
+from vllm_operator import metrics
 from vllm_operator.controller import Controller, Result
+from vllm_operator.reconcile import Outcome
 from vllm_operator.settings import OperatorSettings
 
 
@@ -116,3 +118,32 @@ def test_a_bug_in_a_reconcile_is_a_failure_not_a_dead_worker(
 def test_a_service_that_is_gone_is_not_reconciled() -> None:
     c = _controller()
     assert c.reconcile_key(("ns", "absent")) is Result.GONE
+
+
+def _series(gauge: Any, namespace: str = "ns", service: str = "svc") -> list[tuple[str, ...]]:
+    return [
+        tuple(s.labels.values())
+        for m in gauge.collect()
+        for s in m.samples
+        if (s.labels.get("namespace"), s.labels.get("service")) == (namespace, service)
+    ]
+
+
+def test_a_deposed_leader_stops_exporting_the_per_service_gauges() -> None:
+    """VLLMRolledBack reads vllm_operator_rollback_active: a replica that stops leading must
+    not keep exporting the rollback it last saw once the new leader has cleared it."""
+    c = _controller()
+    c.set_active(True)
+    assert c._record("ns", "svc", Outcome(rolled_back_to="r1", scaling_active="True")) is Result.OK
+    assert _series(metrics.ROLLBACK_ACTIVE) == [("ns", "svc", "r1")]  # positive control
+    assert _series(metrics.AUTOSCALER_SCALING_ACTIVE) == [("ns", "svc")]
+    c.set_active(False)
+    assert _series(metrics.ROLLBACK_ACTIVE) == []
+    assert _series(metrics.AUTOSCALER_SCALING_ACTIVE) == []
+    # a reconcile that was in flight when the gate closed publishes nothing afterwards
+    assert c._record("ns", "svc", Outcome(rolled_back_to="r1")) is Result.OK
+    assert _series(metrics.ROLLBACK_ACTIVE) == []
+    c.set_active(True)  # leading again: the next reconcile publishes afresh
+    c._record("ns", "svc", Outcome(rolled_back_to="r2"))
+    assert _series(metrics.ROLLBACK_ACTIVE) == [("ns", "svc", "r2")]
+    c.set_active(False)
