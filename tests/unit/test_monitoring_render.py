@@ -124,8 +124,11 @@ def test_prometheus_rule_is_scoped_to_the_service_and_carries_its_thresholds() -
     assert band[BAND_METRIC].startswith(
         f"group by (namespace, service, pod) (vllm:num_requests_waiting{{{sel}}})"
     )
-    assert "> 12, 14.4)" in band["namespace_service:vllm_operator_queue_depth_band"]
-    assert "<= 3 or" in band["namespace_service:vllm_operator_queue_depth_band"]
+    total = f"namespace_service:vllm_queue_depth:sum{{{sel}}}"
+    pods = f"namespace_service:vllm_queue_depth:pods{{{sel}}}"
+    service_band = band["namespace_service:vllm_operator_queue_depth_band"]
+    assert f"{total} > 12 * {pods}, 14.4)" in service_band
+    assert f"{total} <= 3 * {pods})" in service_band
 
 
 def test_no_band_rules_without_autoscaling_and_nothing_when_monitoring_is_off() -> None:
@@ -219,7 +222,7 @@ def test_local_prometheus_config_passes_promtool(tmp_path: Path) -> None:
         [promtool, "check", "config", str(cfg)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 12 rules found" in proc.stdout
+    assert "SUCCESS: 14 rules found" in proc.stdout
     doc = yaml.safe_load(cfg.read_text())
     assert doc["scrape_configs"][0]["file_sd_configs"][0]["files"] == [str(targets)]
     assert doc["scrape_configs"][1]["honor_labels"] is True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ def test_generated_rules_file_passes_promtool_check(promtool: str, tmp_path: Pat
     path = tmp_path / "vllm-alerts.rules.yaml"
     path.write_text(render_files()["vllm-alerts.rules.yaml"])
     out = run_promtool(promtool, "check", "rules", str(path), cwd=tmp_path)
-    assert "SUCCESS: 12 rules found" in out
+    assert "SUCCESS: 14 rules found" in out
 
 
 def test_committed_rules_file_is_the_generated_one() -> None:
@@ -95,12 +96,12 @@ def test_rendered_prometheus_rule_passes_promtool_check(
     out = run_promtool(
         promtool, "check", "rules", str(write_rules(tmp_path, rule["spec"]["groups"])), cwd=tmp_path
     )
-    assert f"SUCCESS: {12 if autoscaling else 9} rules found" in out
+    assert f"SUCCESS: {14 if autoscaling else 9} rules found" in out
 
 
 def test_every_query_is_listed_for_the_live_test() -> None:
-    assert len(rule_queries()) == 12
-    board = all_queries("ns", "svc")[12:]
+    assert len(rule_queries()) == 14
+    board = all_queries("ns", "svc")[14:]
     assert len(board) == 25
     assert any(q.startswith(f'max({BAND_METRIC}{{namespace="ns",service="svc"}})') for q in board)
     assert not any("$" in q for q in board)  # Grafana's variables filled in
@@ -442,3 +443,88 @@ def test_band_uses_each_services_own_bounds(promtool: str, tmp_path: Path) -> No
         groups,
         [{"interval": "1m", "input_series": inputs, "promql_expr_test": checks}],
     )
+
+
+# ---- the band at its exact thresholds -------------------------------------------------------
+
+# Queue lengths are integers, so averages of exactly the target (20) or the low bound (2) are
+# common. Prometheus's avg() adds the pods one by one into a running mean, which lands a
+# rounding error above or below the integer depending on the order of the pods (issue 19).
+# Every case is run with ORDERS shuffles of which pod holds which queue length.
+ORDERS = 8
+BAND_CASES = {
+    # name: (waiting requests per pod, band value of every pod of the service)
+    "at-target": ([16, 16, 20, 21, 21, 21, 25], 20),  # 140 / 7 = 20 is not above 20: hold
+    "above-target": ([16, 16, 20, 21, 21, 21, 26], 20 * SCALE_UP_FLOOR),  # 20.14: up, floor
+    "at-low": ([0, 0, 0, 2, 2, 2, 3, 4, 5], 2),  # 18 / 9 = 2 is at the low bound: down
+    "below-low": ([0, 0, 1, 1, 2, 3, 4, 4], 15 / 8),  # 1.875: down, the average itself
+}
+
+
+def band_threshold_services() -> dict[str, list[int]]:
+    """Service name -> the waiting requests of its pods (pod i holds element i)."""
+    rng = random.Random(19)  # fixed: the same orders every run
+    services = {}
+    for name, (queues, _) in BAND_CASES.items():
+        for k in range(ORDERS):
+            order = list(queues)
+            rng.shuffle(order)
+            services[f"{name}-{k}"] = order
+    return services
+
+
+def band_threshold_test(services: dict[str, list[int]]) -> dict[str, Any]:
+    """One promtool test: every service's pods and, at t=0, the band value of each pod."""
+    inputs = [
+        {
+            "series": f'vllm:num_requests_waiting{{namespace="{NS}",service="{svc}",'
+            f'pod="{svc}-{i}",engine="0"}}',
+            "values": f"{queue}x2",
+        }
+        for svc, queues in services.items()
+        for i, queue in enumerate(queues)
+    ]
+    checks = [
+        {
+            "expr": f'{BAND_METRIC}{{service="{svc}"}}',
+            "eval_time": "0m",
+            "exp_samples": [
+                {
+                    "labels": f'{BAND_METRIC}{{namespace="{NS}",pod="{svc}-{i}",service="{svc}"}}',
+                    "value": BAND_CASES[svc.rsplit("-", 1)[0]][1],
+                }
+                for i in range(len(queues))
+            ],
+        }
+        for svc, queues in services.items()
+    ]
+    return {"interval": "1m", "input_series": inputs, "promql_expr_test": checks}
+
+
+def test_shipped_band_is_exact_at_its_thresholds_whatever_the_pod_order(
+    promtool: str, tmp_path: Path
+) -> None:
+    groups = yaml.safe_load(render_files()["vllm-alerts.rules.yaml"])["groups"]
+    band = [g for g in groups if g["name"] == "vllm-autoscaling-band"]
+    assert band, "the shipped rules file has the band's recording rules"
+    run_tests(promtool, tmp_path, band, [band_threshold_test(band_threshold_services())])
+
+
+def test_rendered_band_is_exact_at_its_thresholds_whatever_the_pod_order(
+    promtool: str, tmp_path: Path
+) -> None:
+    services = band_threshold_services()
+    groups = []
+    for name in services:
+        svc = service(
+            "tinyllama",
+            {"autoscaling": {"enabled": True, "targetQueueDepth": 20, "scaleDownQueueDepth": 2}},
+        ).model_copy(update={"name": name, "namespace": NS})
+        rule = render_prometheus_rule(svc, SETTINGS)
+        assert rule is not None
+        groups += [
+            {**g, "name": f"{name}-{g['name']}"}
+            for g in rule["spec"]["groups"]
+            if g["name"] == "vllm-autoscaling-band"
+        ]
+    run_tests(promtool, tmp_path, groups, [band_threshold_test(services)])

@@ -38,8 +38,10 @@ SERVICE_RELABEL_SOURCE = "__meta_kubernetes_pod_label_app_kubernetes_io_instance
 # What the HPA targets (a Pods metric, served by prometheus-adapter). One series per vLLM pod,
 # with the pod's namespace and pod labels, whose value is the service's band value.
 BAND_METRIC = "vllm_operator:queue_depth_band"
-# per service: the average over the service's pods of the raw queue metric (summed over a
-# pod's engines first), and the band value derived from it
+# per service: the raw queue metric summed over the service's pods (over a pod's engines
+# first), the number of pods reporting it, their average, and the band value derived from them
+QUEUE_SUM_RECORD = "namespace_service:vllm_queue_depth:sum"
+QUEUE_PODS_RECORD = "namespace_service:vllm_queue_depth:pods"
 QUEUE_AVG_RECORD = "namespace_service:vllm_queue_depth:avg"
 BAND_SERVICE_RECORD = "namespace_service:vllm_operator_queue_depth_band"
 # Above the band the metric is at least this multiple of the target, so the HPA's usage ratio
@@ -279,22 +281,28 @@ def band_rules(scope: Scope, raw_metric: str, high: float, low: float) -> list[d
     and the HPA's scale-down stabilization window (scaleDownStabilizationSeconds, 300 s) turns
     "scale down" into "scale down only when A stayed <= low for the whole window", because the
     HPA acts on the highest recommendation of that window.
+
+    The bounds compare the sum S of the pods' queues with the bound times the pod count N
+    (S > high N, S <= low N), never A itself: queue lengths are integers, so averages of exactly
+    a bound are common, and avg() adds the pods into a running mean that lands a rounding error
+    either side of the integer depending on the order of the pods (issue 19: at exactly 20 some
+    services scaled up). S and N of integers are exact, and A = S / N is the correctly rounded
+    quotient, exactly the bound when S = bound N.
     """
+    per_pod = f"sum by (namespace, service, pod) ({scope.sel(raw_metric)})"
+    total, pods = scope.sel(QUEUE_SUM_RECORD), scope.sel(QUEUE_PODS_RECORD)
     avg = scope.sel(QUEUE_AVG_RECORD)
     band = scope.sel(BAND_SERVICE_RECORD)
     return [
-        {
-            "record": QUEUE_AVG_RECORD,
-            "expr": (
-                "avg by (namespace, service) "
-                f"(sum by (namespace, service, pod) ({scope.sel(raw_metric)}))"
-            ),
-        },
+        {"record": QUEUE_SUM_RECORD, "expr": f"sum by (namespace, service) ({per_pod})"},
+        {"record": QUEUE_PODS_RECORD, "expr": f"count by (namespace, service) ({per_pod})"},
+        {"record": QUEUE_AVG_RECORD, "expr": f"{total} / {pods}"},
         {
             "record": BAND_SERVICE_RECORD,
             "expr": (
-                f"clamp_min({avg} > {_num(high)}, {_num(SCALE_UP_FLOOR * high)})"
-                f" or {avg} <= {_num(low)}"
+                f"clamp_min({avg} and {total} > {_num(high)} * {pods},"
+                f" {_num(SCALE_UP_FLOOR * high)})"
+                f" or ({avg} and {total} <= {_num(low)} * {pods})"
                 f" or 0 * {avg} + {_num(high)}"
             ),
         },
