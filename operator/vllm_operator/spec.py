@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 from pydantic.alias_generators import to_camel
 
+from vllm_operator import alertnames
+
 # Arguments the operator renders itself; the passthrough must not set them.
 OWNED_ARGS: tuple[str, ...] = (
     "--host",
@@ -725,43 +727,44 @@ class AlertThresholds(_Model):
         default=0.9,
         gt=0,
         le=1,
-        description="VLLMKVCacheHigh: vllm:kv_cache_usage_perc of the fullest pod above this "
-        "for 2 minutes (0-1).",
+        description=f"{alertnames.KV_CACHE_USAGE_HIGH.name}: vllm:kv_cache_usage_perc of the "
+        f"fullest pod above this {alertnames.KV_CACHE_USAGE_HIGH.held} (0-1).",
     )
     e2e_latency_p99_seconds: float = Field(
         default=5.0,
         alias="e2eLatencyP99Seconds",  # not to_camel's e2ELatency...
         gt=0,
         le=86_400,
-        description="VLLME2ELatencyHigh: end-to-end request latency p99 above this (s) for "
-        "5 minutes.",
+        description=f"{alertnames.E2E_LATENCY_P99_HIGH.name}: end-to-end request latency p99 "
+        f"above this (s) {alertnames.E2E_LATENCY_P99_HIGH.held}.",
     )
     ttft_p99_seconds: float = Field(
         default=0.5,
         gt=0,
         le=3600,
-        description="VLLMTTFTHigh: time to first token p99 above this (s) for 2 minutes.",
+        description=f"{alertnames.TTFT_P99_HIGH.name}: time to first token p99 above this (s) "
+        f"{alertnames.TTFT_P99_HIGH.held}.",
     )
     tpot_p99_seconds: float = Field(
         default=0.05,
         gt=0,
         le=3600,
-        description="VLLMTPOTHigh: time per output token (vllm:inter_token_latency_seconds) "
-        "p99 above this (s) for 2 minutes.",
+        description=f"{alertnames.TPOT_P99_HIGH.name}: time per output token "
+        f"(vllm:inter_token_latency_seconds) p99 above this (s) {alertnames.TPOT_P99_HIGH.held}.",
     )
     waiting_requests: float = Field(
         default=50,
         ge=0,
         le=1_000_000,
-        description="VLLMQueueDeep: waiting requests of the most loaded pod above this for "
-        "1 minute.",
+        description=f"{alertnames.REQUESTS_WAITING_HIGH.name}: waiting requests of the most "
+        f"loaded pod above this {alertnames.REQUESTS_WAITING_HIGH.held}.",
     )
     preemptions_per_second: float = Field(
         default=1.0,
         ge=0,
         le=1_000_000,
-        description="VLLMPreemptionsSustained: preemptions per second of the service above "
-        "this for 5 minutes.",
+        description=f"{alertnames.PREEMPTIONS_HIGH.name}: preemptions per second of the service "
+        f"above this {alertnames.PREEMPTIONS_HIGH.held}.",
     )
 
 

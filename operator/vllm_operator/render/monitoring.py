@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_operator import alertnames as names
+from vllm_operator.alertnames import AlertName
 from vllm_operator.render.meta import labels, metadata, selector_labels
 from vllm_operator.render.service import PORT_NAME
 from vllm_operator.settings import OperatorSettings
@@ -87,16 +89,23 @@ def _num(x: float) -> str:
 
 @dataclass(frozen=True)
 class AlertDef:
-    """One alert: its PromQL condition is `query <op> threshold`, held for `for_`."""
+    """One alert: its PromQL condition is `query <op> threshold`, held for `id.for_`."""
 
-    name: str
+    id: AlertName  # name and `for`, shared with the API's descriptions (vllm_operator.alertnames)
     query: str  # the value compared (what a dashboard plots, what a live test evaluates)
     threshold: float
-    for_: str
     summary: str
     description: str
     severity: str = "warning"
     op: str = ">"
+
+    @property
+    def name(self) -> str:
+        return self.id.name
+
+    @property
+    def for_(self) -> str:
+        return self.id.for_
 
     @property
     def expr(self) -> str:
@@ -126,82 +135,78 @@ def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
     s = SERVICE_TEXT
     return [
         AlertDef(
-            name="VLLMKVCacheUsageHigh",
+            id=names.KV_CACHE_USAGE_HIGH,
             query=f"max by (namespace, service) ({scope.sel('vllm:kv_cache_usage_perc')})",
             threshold=t.kv_cache_usage,
-            for_="2m",
             summary=f"vLLM {s}: KV cache {{{{ $value | humanizePercentage }}}} full",
             description=(
                 f"The fullest pod of {s} uses more than {_num(t.kv_cache_usage * 100)}% of its "
-                "KV cache (vllm:kv_cache_usage_perc) for 2 minutes: new requests queue and "
-                "running ones get preempted. Add replicas, lower max-num-seqs or max-model-len, "
-                "or give the cache more GPU memory."
+                f"KV cache (vllm:kv_cache_usage_perc) {names.KV_CACHE_USAGE_HIGH.held}: new "
+                "requests queue and running ones get preempted. Add replicas, lower "
+                "max-num-seqs or max-model-len, or give the cache more GPU memory."
             ),
         ),
         AlertDef(
-            name="VLLME2ELatencyP99High",
+            id=names.E2E_LATENCY_P99_HIGH,
             query=_quantile(scope, "vllm:e2e_request_latency_seconds"),
             threshold=t.e2e_latency_p99_seconds,
-            for_="5m",
             summary=f"vLLM {s}: end-to-end latency p99 {VALUE_TEXT} s",
             description=(
                 f"The 99th percentile of request latency of {s} "
                 f"(vllm:e2e_request_latency_seconds) is above "
-                f"{_num(t.e2e_latency_p99_seconds)} s for 5 minutes."
+                f"{_num(t.e2e_latency_p99_seconds)} s {names.E2E_LATENCY_P99_HIGH.held}."
             ),
         ),
         AlertDef(
-            name="VLLMTTFTP99High",
+            id=names.TTFT_P99_HIGH,
             query=_quantile(scope, "vllm:time_to_first_token_seconds"),
             threshold=t.ttft_p99_seconds,
-            for_="2m",
             summary=f"vLLM {s}: time to first token p99 {VALUE_TEXT} s",
             description=(
                 f"The 99th percentile of time to first token of {s} "
                 f"(vllm:time_to_first_token_seconds) is above {_num(t.ttft_p99_seconds)} s "
-                "for 2 minutes: requests wait in the queue or prefill is saturated."
+                f"{names.TTFT_P99_HIGH.held}: requests wait in the queue or prefill is saturated."
             ),
         ),
         AlertDef(
-            name="VLLMTPOTP99High",
+            id=names.TPOT_P99_HIGH,
             query=_quantile(scope, "vllm:inter_token_latency_seconds"),
             threshold=t.tpot_p99_seconds,
-            for_="2m",
             summary=f"vLLM {s}: time per output token p99 {VALUE_TEXT} s",
             description=(
                 f"The 99th percentile of the time between output tokens of {s} "
                 f"(vllm:inter_token_latency_seconds) is above {_num(t.tpot_p99_seconds)} s "
-                "for 2 minutes: decode batches are too large or stalled by preemption."
+                f"{names.TPOT_P99_HIGH.held}: decode batches are too large or stalled by "
+                "preemption."
             ),
         ),
         AlertDef(
-            name="VLLMRequestsWaitingHigh",
+            id=names.REQUESTS_WAITING_HIGH,
             query=(
                 "max by (namespace, service) "
                 f"(sum by (namespace, service, pod) ({scope.sel('vllm:num_requests_waiting')}))"
             ),
             threshold=t.waiting_requests,
-            for_="1m",
             summary=f"vLLM {s}: {VALUE_TEXT} requests waiting on one pod",
             description=(
                 f"A pod of {s} has more than {_num(t.waiting_requests)} requests waiting "
-                "(vllm:num_requests_waiting) for 1 minute: the autoscaler is off, at its "
-                "maximum, or not keeping up."
+                f"(vllm:num_requests_waiting) {names.REQUESTS_WAITING_HIGH.held}: the "
+                "autoscaler is off, at its maximum, or not keeping up."
             ),
         ),
         AlertDef(
-            name="VLLMPreemptionsHigh",
+            id=names.PREEMPTIONS_HIGH,
             query=(
                 "sum by (namespace, service) "
                 f"(rate({scope.sel('vllm:num_preemptions_total')}[{RATE_WINDOW}]))"
             ),
             threshold=t.preemptions_per_second,
-            for_="5m",
             summary=f"vLLM {s}: {VALUE_TEXT} preemptions/s",
             description=(
                 f"{s} preempts more than {_num(t.preemptions_per_second)} requests per second "
-                "(vllm:num_preemptions_total) for 5 minutes: the KV cache is too small for the "
-                "load; preempted requests are recomputed, which wastes GPU time."
+                f"(vllm:num_preemptions_total) {names.PREEMPTIONS_HIGH.held}: the KV cache is "
+                "too small for the load; preempted requests are recomputed, which wastes GPU "
+                "time."
             ),
         ),
     ]
@@ -212,11 +217,10 @@ def operator_alerts(scope: Scope) -> list[AlertDef]:
     s = SERVICE_TEXT
     return [
         AlertDef(
-            name="VLLMBenchmarkGateFailed",
+            id=names.BENCHMARK_GATE_FAILED,
             query=scope.sel(BENCHMARK_PASSED),
             op="==",
             threshold=0,
-            for_="0s",
             summary=f"vLLM {s}: revision {{{{ $labels.revision }}}} failed its benchmark gates",
             description=(
                 f"The newest benchmarked revision of {s} did not meet "
@@ -225,11 +229,10 @@ def operator_alerts(scope: Scope) -> list[AlertDef]:
             ),
         ),
         AlertDef(
-            name="VLLMRolledBack",
+            id=names.ROLLED_BACK,
             query=scope.sel(ROLLBACK_ACTIVE),
             op="==",
             threshold=1,
-            for_="0s",
             summary=f"vLLM {s}: rolled back to revision {{{{ $labels.revision }}}}",
             description=(
                 f"The spec of {s} asks for a revision that failed its benchmark gates, so the "
@@ -238,14 +241,14 @@ def operator_alerts(scope: Scope) -> list[AlertDef]:
             ),
         ),
         AlertDef(
-            name="VLLMAutoscalerMetricUnavailable",
+            id=names.AUTOSCALER_METRIC_UNAVAILABLE,
             query=scope.sel(AUTOSCALER_SCALING_ACTIVE),
             op="==",
             threshold=0,
-            for_="5m",
             summary=f"vLLM {s}: the autoscaler cannot get its metric",
             description=(
-                f"The HorizontalPodAutoscaler of {s} reports ScalingActive=False for 5 minutes "
+                f"The HorizontalPodAutoscaler of {s} reports ScalingActive=False "
+                f"{names.AUTOSCALER_METRIC_UNAVAILABLE.held} "
                 f"(no custom metrics API, or no {BAND_METRIC} series for the pods): it cannot "
                 "scale. Check prometheus-adapter, the recording rules and the PodMonitor."
             ),
