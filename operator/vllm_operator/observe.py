@@ -4,17 +4,16 @@ the benchmark history with its Jobs. No writes here."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from vllm_operator.apply import Writer, written_generation
+from vllm_operator.benchresult import RUN_STATES, clip, read_job_report
 from vllm_operator.gates import CONFIRMATION_KEY, Run
 from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems, rolled_out
 from vllm_operator.render.benchmark import (
     COMPONENT,
     MESSAGE_KEY,
     RECORD_COMPONENT,
-    RESULT_KEY,
     REVISION_LABEL,
     SPEC_KEY,
     STATE_KEY,
@@ -95,8 +94,10 @@ def _jobs(writer: Writer, svc: Service) -> list[dict[str, Any]]:
 
 def history(writer: Writer, svc: Service) -> list[Run]:
     """The runs, oldest first: each run's ConfigMap (the Job's word: its result) joined with
-    its record (the operator's: spec, verdict, a state the operator decided). A result that is
-    not a JSON object fails the run, with the reason as its message (never a silent skip)."""
+    its record (the operator's: spec, verdict, a state the operator decided). A ConfigMap the
+    Job filled with something invalid (a result that is not JSON, a headline value that is not
+    a number, a state outside the CRD's enum) fails the run, with the key and the bad value as
+    its message (benchresult.py; never an exception, never a silent skip)."""
     selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/name=vllm-bench"
     items = [
         cm
@@ -115,9 +116,12 @@ def history(writer: Writer, svc: Service) -> list[Run]:
             continue
         data = cm.get("data") or {}
         record = records.get(record_name(cm["metadata"]["name"]), {})
-        result, state, message = read_result(data)
+        report = read_job_report(data)  # validated: what the benchmark pod wrote is input
+        result, state, message = report.result, report.state, report.message
         if record.get(STATE_KEY):  # the operator ended this run: its word is final
-            state, message = record[STATE_KEY], record.get(MESSAGE_KEY, "")
+            state, message = record[STATE_KEY], clip(record.get(MESSAGE_KEY, ""))
+            if state not in RUN_STATES:  # the status's enum: never written outside it
+                state, message = "Failed", f"the run's record holds state {state!r}; {message}"
         runs.append(
             Run(
                 revision=cm["metadata"]["labels"].get(REVISION_LABEL, ""),
@@ -134,27 +138,6 @@ def history(writer: Writer, svc: Service) -> list[Run]:
             )
         )
     return sorted(runs, key=lambda r: r.created)
-
-
-def read_result(data: dict[str, str]) -> tuple[dict[str, Any] | None, str, str]:
-    """(result, state, message) from the Job's ConfigMap."""
-    state = data.get(STATE_KEY, "Running")
-    if RESULT_KEY not in data:
-        return None, state, data.get(MESSAGE_KEY, "")
-    try:
-        result = json.loads(data[RESULT_KEY])
-    except ValueError as exc:
-        return None, "Failed", f"InvalidResult: result.json is not valid JSON ({exc})"
-    if not isinstance(result, dict):
-        return None, "Failed", "InvalidResult: result.json is not a JSON object"
-    if state == "Running":
-        state = "Complete" if result.get("status") in ("ok", "partial") else "Failed"
-    return result, state, data.get(MESSAGE_KEY, "") or _runner_errors(result)
-
-
-def _runner_errors(result: dict[str, Any] | None) -> str:
-    errors = (result or {}).get("errors") or []
-    return "; ".join(f"{e.get('scenario')}: {e.get('message')}" for e in errors[:3])
 
 
 def job_state(job: dict[str, Any], generation_annotation: str = "") -> JobState:

@@ -1,0 +1,147 @@
+"""Part of the "observe" step: the benchmark Job's ConfigMap (the Job's word: its state, its
+message and its result.json) parsed into a small validated model before any decision reads
+it (pure: no client here).
+
+What the benchmark pod writes is input, like a spec: a headline value that is not a number
+would crash the gates (the decision step, before anything is applied: a frozen status and no
+Event), and a state outside the CRD's enum, or a number of the wrong type, would make every
+status write fail with 422. So the keys the operator reads are checked here, once, against
+the types the status schema (spec.BenchmarkStatus) declares: an invalid ConfigMap becomes a
+Failed run whose message names the key and the bad value (`InvalidResult: ...`), reported
+as BenchmarkFailed with a Warning Event, never an exception. Keys the operator does not read
+(the scenarios, raw samples, keys of a newer runner) are not checked: result.json stays the
+runner's document (its own schema: vllm_bench/schema/result.schema.json).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from vllm_operator.render.benchmark import MESSAGE_KEY, RESULT_KEY, STATE_KEY
+
+# the CRD's enum of status.benchmark.state (spec.BenchmarkStatus.state)
+RUN_STATES = ("Running", "Complete", "Failed")
+INVALID_RESULT = "InvalidResult"
+# the status carries the message (a condition's, at most 32 KiB): the Job's is cut to this
+MAX_MESSAGE_CHARS = 2048
+_MAX_VALUE_CHARS = 80
+
+# JSON numbers only (not "12", not true, not NaN or Infinity), as the status schema types them
+Number = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)]
+Text = Annotated[str, Field(strict=True)]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel)
+
+
+class ResultHeadline(_Part):
+    """result.json's `headline`: what the gates, the status and the printer columns read."""
+
+    kv_cache_tokens: Count | None = None
+    max_concurrency_at_max_model_len: Number | None = None
+    output_tokens_per_second: Number | None = None
+    batching_speedup: Number | None = None
+    prefix_ttft_speedup: Number | None = None
+    prefix_hit_rate: Number | None = None
+    ttft_p50_seconds: Number | None = None
+    ttft_p95_seconds: Number | None = None
+
+
+class ResultLiveLoad(_Part):
+    """result.json's `liveLoad`, the figures status.benchmark.liveLoad shows."""
+
+    foreign_requests: Count | None = None
+    peak_foreign_in_flight: Number | None = None
+    quiet: Annotated[bool, Field(strict=True)] | None = None
+
+
+class ResultError(_Part):
+    scenario: Text | None = None
+    message: Text | None = None
+
+
+class ResultDocument(_Part):
+    """The keys of result.json the operator reads."""
+
+    status: Text | None = None  # ok, partial, failed
+    finished_at: Text | None = None
+    headline: ResultHeadline | None = None
+    live_load: ResultLiveLoad | None = None
+    errors: list[ResultError] | None = None
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """A run's state, message and result, as the Job's ConfigMap holds them, validated:
+    `state` is one of RUN_STATES; `result` is None unless it is a valid result document."""
+
+    state: str
+    message: str
+    result: dict[str, Any] | None = None
+
+
+def _value(value: object) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 3] + "..."
+
+
+def invalid(error: ValidationError, key: str) -> str:
+    """The first thing wrong, as `InvalidResult: <key> <path> is <value>: <why>`."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{INVALID_RESULT}: {key} {where} is {_value(first['input'])}: {first['msg']}"
+
+
+def clip(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _parse(text: str) -> tuple[dict[str, Any], ResultDocument] | str:
+    """result.json as (the document, the keys the operator reads), or what is wrong with it."""
+    try:
+        result = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        return f"{INVALID_RESULT}: {RESULT_KEY} is not valid JSON ({exc})"
+    if not isinstance(result, dict):
+        return f"{INVALID_RESULT}: {RESULT_KEY} is not a JSON object"
+    try:
+        return result, ResultDocument.model_validate(result)
+    except ValidationError as exc:
+        return clip(invalid(exc, RESULT_KEY))
+
+
+def read_job_report(data: dict[str, Any]) -> JobReport:
+    """The Job's ConfigMap `data` as a JobReport (never an exception: what is wrong in it
+    fails the run, and the message says which key holds which bad value)."""
+    state, message = data.get(STATE_KEY, "Running"), data.get(MESSAGE_KEY, "")
+    message = clip(message if isinstance(message, str) else _value(message))
+    if state not in RUN_STATES:
+        allowed = ", ".join(RUN_STATES)
+        why = f"{INVALID_RESULT}: {STATE_KEY} is {_value(state)}, not one of {allowed}"
+        return JobReport("Failed", why)
+    if RESULT_KEY not in data:
+        if state == "Complete":
+            return JobReport(
+                "Failed", f"{INVALID_RESULT}: {STATE_KEY} is Complete without {RESULT_KEY}"
+            )
+        return JobReport(state, message)
+    parsed = _parse(data[RESULT_KEY])
+    if isinstance(parsed, str):
+        return JobReport("Failed", parsed)
+    result, document = parsed
+    if state == "Running":
+        state = "Complete" if document.status in ("ok", "partial") else "Failed"
+    return JobReport(state, message or clip(_runner_errors(document)), result)
+
+
+def _runner_errors(document: ResultDocument) -> str:
+    return "; ".join(f"{e.scenario}: {e.message}" for e in (document.errors or [])[:3])
