@@ -5,6 +5,12 @@ the operator is the authority on the fields it renders). Before writing, the liv
 read and compared: when it already carries every rendered field, nothing is written, so a
 resync where nothing changed makes zero write calls. Children that are no longer rendered are
 deleted (only ones this service controls). 404 and 409 are handled explicitly.
+
+An object of a child's name that this service does not own (a Service, an HPA someone made
+by hand) is never written over: the write is refused with NotOwnedError, which the status
+reports. The watch cache holds only the operator's labelled objects, so before a create (the
+cache says absent) the object is read from the API server: one read per create, none on a
+resync.
 """
 
 from __future__ import annotations
@@ -21,7 +27,16 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
 from vllm_operator import API_VERSION
-from vllm_operator.kube import PLURALS, ApplyError, Kube, _failed, _path, _reason
+from vllm_operator.kube import (
+    PLURALS,
+    ApplyError,
+    Kube,
+    NotOwnedError,
+    ReadError,
+    _failed,
+    _path,
+    _reason,
+)
 from vllm_operator.render.meta import SERVICE_LABEL
 
 log = logging.getLogger("vllm_operator")
@@ -42,12 +57,18 @@ def _quantity(value: str) -> Decimal | None:
         return None
 
 
+# Values the API server drops from a field tagged `omitempty` (an env var's or a toleration's
+# `value: ""`, an empty list or map): a live object without the key carries them already, and
+# a write could not add them (server-side apply would store the same object): not drift.
+OMITTED_WHEN_EMPTY: tuple[object, ...] = ("", [], {})
+
+
 def covers(desired: object, live: object) -> bool:  # noqa: PLR0911
     """True when `live` already carries every field of `desired` (the API server may add
     defaults; it may also re-spell quantities, e.g. 1000m -> 1)."""
     if isinstance(desired, dict):
         return isinstance(live, dict) and all(
-            k in live and covers(v, live[k]) for k, v in desired.items()
+            covers(v, live[k]) if k in live else v in OMITTED_WHEN_EMPTY for k, v in desired.items()
         )
     if isinstance(desired, list):
         if not isinstance(live, list):
@@ -68,6 +89,36 @@ def covers(desired: object, live: object) -> bool:  # noqa: PLR0911
 
 def _owner_uids(obj: dict[str, Any]) -> set[str]:
     return {str(o.get("uid")) for o in obj.get("metadata", {}).get("ownerReferences") or []}
+
+
+def _group(api_version: object) -> str:
+    return str(api_version).rsplit("/", 1)[0]
+
+
+def _owners(obj: dict[str, Any]) -> str:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    if not refs:
+        return "it has no owner reference"
+    return "owned by " + ", ".join(f"{o.get('kind')} {o.get('name')}" for o in refs)
+
+
+def owned(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """True when `live` belongs to the owner `desired` names: an owner reference to its uid,
+    or to an earlier service of the same kind and name (deleted, its children not yet
+    garbage-collected: two objects of one name cannot coexist, so it was this service's
+    predecessor, and the apply moves the child to this one)."""
+    wanted = desired["metadata"].get("ownerReferences") or []
+    if not wanted:
+        return True  # nothing to own it by: not a child
+    if _owner_uids(live) & _owner_uids(desired):
+        return True
+    return any(
+        o.get("kind") == w.get("kind")
+        and o.get("name") == w.get("name")
+        and _group(o.get("apiVersion")) == _group(w.get("apiVersion"))
+        for o in live.get("metadata", {}).get("ownerReferences") or []
+        for w in wanted
+    )
 
 
 def written_generation(obj: dict[str, Any] | None, key: str) -> int:
@@ -124,9 +175,13 @@ class Writer(Kube):
         *,
         generation: int | None = None,
         cached: bool = False,
+        owned_only: bool = False,
     ) -> Change | None:
         """Server-side apply `desired` unless `live` (read here when not given) covers it.
         `cached`: read `live` from the watch cache where it holds the kind (kube.get).
+        `owned_only`: an object of that name which `desired`'s owner does not own is not
+        written (NotOwnedError); absent from the watch cache, it is read from the API server
+        before it is created.
 
         `generation`: the service's metadata.generation `desired` was rendered from; it is
         recorded on the child when written, and a child already written from a later
@@ -137,12 +192,25 @@ class Writer(Kube):
         meta = desired["metadata"]
         api_version, kind = desired["apiVersion"], desired["kind"]
         if live is None:
-            live = self.get(api_version, kind, meta["namespace"], meta["name"], cached=cached)
+            held, live = self.from_cache(
+                api_version, kind, meta["namespace"], meta["name"], cached=cached
+            )
+            if not held or (live is None and owned_only):
+                # (the cache's absent is "no object with the operator's label" only)
+                live = self.get(api_version, kind, meta["namespace"], meta["name"], fresh=True)
+        if owned_only and live is not None and not owned(live, desired):
+            raise NotOwnedError(
+                f"{kind} {meta['name']} exists and is not owned by this VLLMService "
+                f"({_owners(live)}): not taken over; delete or rename it",
+                permanent=False,
+                kind=kind,
+                name=meta["name"],
+            )
         if live is not None and covers(desired, live):
             return None
         if generation is not None:
-            owned = live is not None and bool(_owner_uids(live) & _owner_uids(desired))
-            if owned and self.newer_than(live, generation):
+            ours = live is not None and bool(_owner_uids(live) & _owner_uids(desired))
+            if ours and self.newer_than(live, generation):
                 log.info(
                     "%s %s was written from generation %s; not regressing it to %s",
                     kind,
@@ -165,12 +233,18 @@ class Writer(Kube):
             reason = _reason(exc)
             if exc.status == 409:  # conflict despite force: a concurrent delete; retry soon
                 raise ApplyError(
-                    f"{kind} {meta['name']}: conflict: {reason}", permanent=False, code=409
+                    f"{kind} {meta['name']}: conflict: {reason}",
+                    permanent=False,
+                    code=409,
+                    kind=kind,
+                    name=meta["name"],
                 ) from exc
             raise ApplyError(
                 f"{kind} {meta['name']}: {reason}",
                 permanent=exc.status in (400, 422),
                 code=exc.status,
+                kind=kind,
+                name=meta["name"],
             ) from exc
         return Change(kind, meta["name"], "created" if live is None else "updated")
 
@@ -219,7 +293,7 @@ class Writer(Kube):
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise _failed(f"deleting {kind} {name}", exc) from exc
+            raise _failed(f"deleting {kind} {name}", exc, kind=kind, name=name) from exc
         return True
 
     def patch_configmap(self, namespace: str, name: str, data: dict[str, str]) -> bool:
@@ -235,7 +309,7 @@ class Writer(Kube):
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise _failed(f"ConfigMap {name}", exc) from exc
+            raise _failed(f"ConfigMap {name}", exc, kind="ConfigMap", name=name) from exc
         return True
 
     def replace_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
@@ -265,4 +339,15 @@ class Writer(Kube):
             ) from exc
 
 
-__all__ = ["PLURALS", "ApplyError", "Change", "Kube", "Writer", "_path", "covers"]
+__all__ = [
+    "PLURALS",
+    "ApplyError",
+    "Change",
+    "Kube",
+    "NotOwnedError",
+    "ReadError",
+    "Writer",
+    "_path",
+    "covers",
+    "owned",
+]

@@ -47,12 +47,41 @@ class ApplyError(RuntimeError):
     """The API server refused a request (a denied or failed write, a failed read): the
     server's message, and its HTTP status code. `permanent` when the same request can never
     succeed for this spec (400/422 on a child); the reconcile still reports it in the status
-    and retries with back-off, since an admission policy or a quota can change."""
+    and retries with back-off, since an admission policy or a quota can change. `kind` and
+    `name`: the object written, where one was (the reconcile reports a refusal on the
+    condition of what that object is for). `reason`: the condition reason it is reported
+    with."""
 
-    def __init__(self, message: str, *, permanent: bool, code: int | None = None) -> None:
+    reason = "ApplyFailed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        permanent: bool,
+        code: int | None = None,
+        kind: str = "",
+        name: str = "",
+    ) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.code = code
+        self.kind = kind
+        self.name = name
+
+
+class ReadError(ApplyError):
+    """A read failed (a 429, a 5xx, a refused get or list): nothing was written, and what
+    the children look like is unknown, not changed."""
+
+    reason = "ReadFailed"
+
+
+class NotOwnedError(ApplyError):
+    """An object of a child's name exists and is not this service's (no owner reference to
+    it): the operator does not write over it, nor make it a child to be garbage-collected."""
+
+    reason = "NotOwned"
 
 
 KINDS = {(api_version, plural): kind for (api_version, kind), plural in PLURALS.items()}
@@ -258,19 +287,33 @@ class Kube:
         name: str,
         *,
         cached: bool = False,
+        fresh: bool = False,
     ) -> dict[str, Any] | None:
         """`cached`: from the watch cache whatever the kind (when it holds the kind), for a
-        read right after the operator's own writes, which the cache already holds."""
-        if self.cache is not None and (cached or (api_version, kind) in CACHED_GETS):
-            held, obj = self.cache.lookup(api_version, kind, namespace, name)
+        read right after the operator's own writes, which the cache already holds. `fresh`:
+        from the API server whatever the cache holds."""
+        if not fresh:
+            held, obj = self.from_cache(api_version, kind, namespace, name, cached=cached)
             if held:
-                return copy.deepcopy(obj)
+                return obj
         try:
             return self._call("GET", _path(api_version, kind, namespace, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise _failed(f"reading {kind} {name}", exc) from exc
+            raise _read_failed(f"reading {kind} {name}", exc) from exc
+
+    def from_cache(
+        self, api_version: str, kind: str, namespace: str, name: str, *, cached: bool = False
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """(True, the object or None) when the watch cache answers a `get` (see `get`);
+        (False, None) when the read must go to the API server. The cache holds only objects
+        carrying the operator's label: its None is "no child of this name", not "no object"."""
+        if self.cache is not None and (cached or (api_version, kind) in CACHED_GETS):
+            held, obj = self.cache.lookup(api_version, kind, namespace, name)
+            if held:
+                return True, copy.deepcopy(obj)
+        return False, None
 
     def list_children(
         self, api_version: str, kind: str, namespace: str, selector: str
@@ -284,7 +327,7 @@ class Kube:
                 "GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)]
             )
         except ApiException as exc:
-            raise _failed(f"listing {kind}s", exc) from exc
+            raise _read_failed(f"listing {kind}s", exc) from exc
         return list(out.get("items", []))
 
     def serves(self, group_version: str, plurals: set[str]) -> bool:
@@ -300,7 +343,7 @@ class Kube:
                 out = self._call("GET", f"/apis/{group_version}")
             except ApiException as exc:
                 if exc.status != 404:
-                    raise _failed(f"discovering {group_version}", exc) from exc
+                    raise _read_failed(f"discovering {group_version}", exc) from exc
                 out = None
             self._discovered[group_version] = (now, out)
         return out is not None and plurals <= {r.get("name") for r in out.get("resources", [])}
@@ -338,8 +381,14 @@ class Kube:
             )
 
 
-def _failed(what: str, exc: ApiException) -> ApplyError:
-    return ApplyError(f"{what}: {_reason(exc)}", permanent=False, code=exc.status)
+def _failed(what: str, exc: ApiException, *, kind: str = "", name: str = "") -> ApplyError:
+    return ApplyError(
+        f"{what}: {_reason(exc)}", permanent=False, code=exc.status, kind=kind, name=name
+    )
+
+
+def _read_failed(what: str, exc: ApiException) -> ReadError:
+    return ReadError(f"{what}: {_reason(exc)}", permanent=False, code=exc.status)
 
 
 def _reason(exc: ApiException) -> str:

@@ -7,9 +7,14 @@
 a plan; `apply` writes the rendered children and carries out the plan; what the writes did is
 read again before the status is computed.
 
-Whatever goes wrong after parsing reaches the status: an invalid spec is Ready=False /
-InvalidSpec, a request the API server refuses or fails is Ready=False / ApplyFailed with the
-server's message. Events are derived from condition transitions, so each is posted once.
+Whatever goes wrong after parsing reaches the status, on the condition of what it is for:
+an invalid spec is Ready=False / InvalidSpec; a refused write of what serves (the Deployment,
+the Service) is Ready=False / ApplyFailed with the server's message (NotOwned: an object of
+its name is not this service's); a refused HPA, PDB or monitoring object is ChildrenSynced=False
+(and Degraded) and a refused benchmark run's object BenchmarkComplete=False, Ready left to
+what serves; a failed read is ChildrenSynced=False / ReadFailed, everything else kept. Every
+one of them is Outcome.failed: the caller retries with back-off. Events are derived from
+condition transitions, so each is posted once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.apply import MONITORING_PRUNABLE, PRUNABLE, ApplyError, Change, Writer
+from vllm_operator.apply import (
+    MONITORING_PRUNABLE,
+    PRUNABLE,
+    ApplyError,
+    Change,
+    ReadError,
+    Writer,
+)
 from vllm_operator.benchmarking import carry_out
 from vllm_operator.gates import Run
 from vllm_operator.observe import observe
@@ -40,13 +52,20 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
 from vllm_operator.status import (
     CONFIRMING,
+    REFUSALS,
+    Refusal,
     apply_failed_status,
     compute_status,
     invalid_spec_status,
+    read_failed_status,
 )
 from vllm_operator.targeting import aim
 
 __all__ = ["Event", "Outcome", "describe", "reconcile", "render_children", "restorable"]
+
+# What serves the model: a refused write of one of them is Ready=False (nothing can serve
+# through it); any other child's is reported on ChildrenSynced
+SERVING = frozenset({"Deployment", "Service"})
 
 
 @dataclass(frozen=True)
@@ -138,12 +157,26 @@ def reconcile(body: dict[str, Any], writer: Writer, settings: OperatorSettings) 
     try:
         return _pipeline(svc, old_status, writer, settings)
     except ApplyError as exc:
-        status = apply_failed_status(old_status, generation, str(exc), _now())
-        try:
-            _write_status(writer, meta, old_status, status)
-        except ApplyError:  # the status itself was refused: the error is raised anyway
-            return Outcome(failed=exc)
-        return Outcome(events=tuple(_events(old_status, status, [])), failed=exc)
+        failure = exc
+    if isinstance(failure, ReadError):
+        status = read_failed_status(old_status, generation, str(failure), _now())
+    elif failure.kind in SERVING:
+        status = apply_failed_status(
+            old_status, generation, str(failure), _now(), reason=failure.reason
+        )
+    else:  # the status write itself, or this replica may not write: nothing to report with
+        return Outcome(failed=failure)
+    try:
+        _write_status(writer, meta, old_status, status)
+    except ApplyError:  # the status itself was refused: the error is raised anyway
+        return Outcome(failed=failure)
+    return Outcome(events=tuple(_events(old_status, status, [])), failed=failure)
+
+
+def _refusal(exc: ApplyError) -> bool:
+    """A refusal of one object, or a failed read: reported, and the rest of the reconcile
+    goes on. Not one (the fence: this replica may not write) ends the reconcile."""
+    return isinstance(exc, ReadError) or bool(exc.kind)
 
 
 def _pipeline(
@@ -172,20 +205,32 @@ def _pipeline(
     desired = [with_revision(m) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}
 
+    # what was refused: a child other than what serves (a refusal of what serves, or a
+    # failed read of it, ends the reconcile: reconcile() reports it), a benchmark run's object
+    failed: list[ApplyError] = []
+    bench_failed: list[ApplyError] = []
+
     def status_of(obs: Observed, old: dict[str, Any]) -> dict[str, Any]:
+        bench = _bench_view(svc, plan, obs)
+        refused = [Refusal(e.reason, str(e)) for e in failed]
+        on_bench = [Refusal(e.reason, str(e)) for e in bench_failed]
+        if bench is None:  # (a stop or prune of a switched-off benchmark: no condition of it)
+            refused += on_bench
         return compute_status(
             svc,
             obs,
             old,
             settings,
             _now(),
-            bench=_bench_view(svc, plan, obs),
+            bench=bench,
             revision=plan.rolled_back_to or revision(render_pod_template(svc, settings)),
             monitoring_crds=seen.monitoring_crds,
+            refused=tuple(refused),
+            bench_refused=on_bench[0] if on_bench and bench is not None else None,
         )
 
     # apply (the one writer): the children, then the plan
-    changes = _apply_children(writer, svc, desired, seen)
+    changes = _apply_children(writer, svc, desired, seen, failed)
     reported = old_status
     if plan.start is not None:
         # the rollout the run waited for reaches the status first (Ready; the run "starting"):
@@ -194,9 +239,16 @@ def _pipeline(
         now = observe(writer, svc, after_writes=True) if changes else seen
         reported = status_of(now, old_status)
         _write_status(writer, meta, old_status, reported)
-    changes += carry_out(writer, svc, settings, plan)
+    try:
+        changes += carry_out(writer, svc, settings, plan)
+    except ApplyError as exc:
+        if not _refusal(exc):
+            raise
+        bench_failed.append(exc)
     # status (pure), from what the writes left (read again only when something was written)
-    after = observe(writer, svc, after_writes=True) if changes or plan.writes else seen
+    after = (
+        observe(writer, svc, after_writes=True) if changes or plan.writes or bench_failed else seen
+    )
     status = status_of(after, reported)
     _write_status(writer, meta, reported, status)
     hpa_conditions = (after.hpa or {}).get("status", {}).get("conditions") or []
@@ -207,26 +259,44 @@ def _pipeline(
         runs=tuple(after.runs),
         rolled_back_to=plan.rolled_back_to,
         scaling_active=scaling.get("status") if scaling else None,
+        failed=next(iter(failed + bench_failed), None),
     )
 
 
 def _apply_children(
-    writer: Writer, svc: Service, desired: list[dict[str, Any]], seen: Observed
+    writer: Writer,
+    svc: Service,
+    desired: list[dict[str, Any]],
+    seen: Observed,
+    failed: list[ApplyError],
 ) -> list[Change]:
     """Server-side apply of every rendered child, then the prune of those no longer
-    rendered; each write records the generation it was rendered from."""
+    rendered; each write records the generation it was rendered from. An object of a child's
+    name that the service does not own is never written (NotOwned). A refusal of what serves
+    is raised; one of another child is added to `failed` and the others are still written."""
     changes: list[Change] = []
     for manifest in desired:
         # the Deployment was read by observe(); apply() reads the other children itself
         live = seen.deployment if manifest["kind"] == "Deployment" else None
-        change = writer.apply(manifest, live=live, generation=svc.generation)
+        try:
+            change = writer.apply(manifest, live=live, generation=svc.generation, owned_only=True)
+        except ApplyError as exc:
+            if manifest["kind"] in SERVING or not _refusal(exc):
+                raise
+            failed.append(exc)
+            continue
         if change is not None:
             changes.append(change)
     keep = {(m["kind"], m["metadata"]["name"]) for m in desired}
     kinds = PRUNABLE + (MONITORING_PRUNABLE if seen.monitoring_crds else ())
-    changes += writer.prune(
-        svc.namespace, svc.name, svc.uid, keep, kinds, generation=svc.generation
-    )
+    try:
+        changes += writer.prune(
+            svc.namespace, svc.name, svc.uid, keep, kinds, generation=svc.generation
+        )
+    except ApplyError as exc:
+        if not _refusal(exc):
+            raise
+        failed.append(exc)
     return changes
 
 
@@ -251,6 +321,8 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
 # What a benchmark run is made of besides its Job (its account and its two ConfigMaps): their
 # writes are reported as the one BenchmarkStarted event, not one event each
 RUN_PARTS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ConfigMap"})
+# BenchmarkComplete's reasons that are a Warning event when they appear
+BENCHMARK_WARNINGS = frozenset({"BenchmarkFailed", "BenchmarkTimedOut"}) | REFUSALS
 
 
 def _events(
@@ -290,9 +362,12 @@ def _events(
             events.append(Event("Normal", "Ready", c["message"]))
         elif c["type"] == "BenchmarkComplete" and c["reason"] == CONFIRMING:
             events.append(Event("Normal", c["reason"], c["message"]))
-        elif (c["type"] == "Degraded" and c["status"] == "True") or (
-            c["type"] == "BenchmarkComplete"
-            and c["reason"] in ("BenchmarkFailed", "BenchmarkTimedOut")
+        elif (
+            (c["type"] == "Degraded" and c["status"] == "True")
+            or (c["type"] == "ChildrenSynced" and c["status"] == "False")
+            or (c["type"] == "BenchmarkComplete" and c["reason"] in BENCHMARK_WARNINGS)
         ):
-            events.append(Event("Warning", c["reason"], c["message"]))
+            warning = Event("Warning", c["reason"], c["message"])
+            if warning not in events:  # (a refusal on Degraded and ChildrenSynced: one event)
+                events.append(warning)
     return events

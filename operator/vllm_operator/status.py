@@ -2,6 +2,11 @@
 
 Conditions follow metav1.Condition: Ready, Progressing, Degraded, CamelCase reasons,
 observedGeneration, and lastTransitionTime kept when a condition's status did not change.
+
+Ready is about serving: only a refusal of what serves (the Deployment, the Service) makes it
+False. What else a reconcile could not write or read is on its own condition:
+ChildrenSynced (the HPA, the PDB, the monitoring objects; a failed read) and
+BenchmarkComplete (a benchmark run's objects).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from vllm_operator.spec import Service
 
 # BenchmarkComplete's reason while a second run confirms a failed verdict
 CONFIRMING = "ConfirmingFailure"
+# the reasons of a request refused or failed (kube.ApplyError and its kinds): a write the API
+# server refused or failed, an object of a child's name this service does not own, a read
+APPLY_FAILED, NOT_OWNED, READ_FAILED = "ApplyFailed", "NotOwned", "ReadFailed"
+REFUSALS = frozenset({APPLY_FAILED, NOT_OWNED, READ_FAILED})
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,24 @@ class Cond:
     status: str
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request of this reconcile that the API server refused or failed, or one the
+    operator would not make (NotOwned): `reason` one of REFUSALS, `message` naming the
+    object and the server's message."""
+
+    reason: str
+    message: str
+
+
+def synced_condition(refused: tuple[Refusal, ...]) -> Cond:
+    """ChildrenSynced: every child other than a benchmark run's written as rendered, or
+    what was refused (the first one's reason; every message)."""
+    if not refused:
+        return Cond("ChildrenSynced", "True", "Applied", "every child is applied")
+    return Cond("ChildrenSynced", "False", refused[0].reason, "; ".join(r.message for r in refused))
 
 
 def merge_conditions(
@@ -370,7 +397,14 @@ def compute_status(
     bench: BenchView | None = None,
     revision: str | None = None,
     monitoring_crds: bool | None = None,
+    refused: tuple[Refusal, ...] | None = None,
+    bench_refused: Refusal | None = None,
 ) -> dict[str, Any]:
+    """`refused`: what this reconcile could not write or read of the children (the
+    ChildrenSynced condition; None: not reported). A write refused (not a read: that is
+    transient, and nothing was changed) is also Degraded=True, unless Degraded already says
+    something of serving. `bench_refused`: a benchmark run's write or read that failed, on
+    BenchmarkComplete. Ready stays what the observed serving state says."""
     conds, counts = _rollout(svc, obs)
     status: dict[str, Any] = {
         "observedGeneration": svc.generation,
@@ -414,6 +448,22 @@ def compute_status(
                     f"{bench.rollback_refused}",
                 )
             )
+    if bench_refused is not None:
+        conds = [
+            Cond(c.type, "False", bench_refused.reason, bench_refused.message)
+            if c.type == "BenchmarkComplete"
+            else c
+            for c in conds
+        ]
+    if refused is not None:
+        conds.append(synced_condition(refused))
+        written = [r for r in refused if r.reason != READ_FAILED]
+        if written and all(c.status == "False" for c in conds if c.type == "Degraded"):
+            message = "; ".join(r.message for r in written)
+            conds = [
+                Cond(c.type, "True", written[0].reason, message) if c.type == "Degraded" else c
+                for c in conds
+            ]
     status["conditions"] = merge_conditions(old.get("conditions", []), conds, svc.generation, now)
     return status
 
@@ -429,6 +479,8 @@ def failure_status(  # noqa: PLR0917 (all six are needed; callers name the condi
         Cond("Progressing", "False", reason, progress),
         Cond("Degraded", "True", reason, message),
     ]
+    if reason in REFUSALS:  # (a refusal of what serves: the children are not in sync either)
+        conds.append(synced_condition((Refusal(reason, message),)))
     mine = {c.type for c in conds}
     old_conds = old.get("conditions", [])
     return {
@@ -449,15 +501,30 @@ def invalid_spec_status(
 
 
 def apply_failed_status(
-    old: dict[str, Any], generation: int, message: str, now: str
+    old: dict[str, Any], generation: int, message: str, now: str, reason: str = APPLY_FAILED
 ) -> dict[str, Any]:
-    """Ready=False/ApplyFailed with the API server's message: a child was refused (an
-    admission policy, a quota, RBAC) or the API server failed; the operator retries."""
+    """Ready=False/ApplyFailed with the API server's message: what serves (the Deployment or
+    the Service) was refused (an admission policy, a quota, RBAC) or the API server failed;
+    NotOwned: an object of its name is not this service's. The operator retries."""
     return failure_status(
         old,
         generation,
-        "ApplyFailed",
+        reason,
         message,
         f"generation {generation} could not be applied; retrying with back-off",
         now,
     )
+
+
+def read_failed_status(
+    old: dict[str, Any], generation: int, message: str, now: str
+) -> dict[str, Any]:
+    """ChildrenSynced=False/ReadFailed: a read failed (a 429, a 5xx), so nothing is known
+    to have changed: every other condition, Ready included, and everything else the status
+    said are kept as they were (observedGeneration too: this generation was not acted on)."""
+    old_conds = old.get("conditions", [])
+    (synced,) = merge_conditions(
+        old_conds, [Cond("ChildrenSynced", "False", READ_FAILED, message)], generation, now
+    )
+    kept = [c for c in old_conds if c.get("type") != synced["type"]]
+    return {**old, "conditions": [*kept, synced]}

@@ -50,6 +50,7 @@ class FakeApi(Writer):
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.denials: dict[str, tuple[int, str]] = {}  # path fragment -> (code, message)
+        self.read_denials: dict[str, tuple[int, str]] = {}  # the same, for GETs
 
     # ---- test helpers -------------------------------------------------------------------
     def put(self, path: str, obj: dict[str, Any]) -> None:
@@ -58,6 +59,11 @@ class FakeApi(Writer):
     def deny(self, fragment: str, code: int, message: str) -> None:
         """Writes to paths containing `fragment` are answered with `code` and `message`."""
         self.denials[fragment] = (code, message)
+
+    def deny_reads(self, fragment: str, code: int, message: str) -> None:
+        """Reads (GET) of paths containing `fragment` are answered with `code` and `message`
+        (a 429 of API Priority and Fairness, a 5xx)."""
+        self.read_denials[fragment] = (code, message)
 
     def writes_made(self) -> list[tuple[str, str]]:
         return [r for r in self.requests if r[0] in WRITES]
@@ -78,6 +84,9 @@ class FakeApi(Writer):
                     raise _error(code, message)
         params = dict(query or [])
         if method == "GET":
+            for fragment, (code, message) in self.read_denials.items():
+                if fragment in path:
+                    raise _error(code, message)
             if path in self.objects:
                 return copy.deepcopy(self.objects[path])
             if "labelSelector" in params:

@@ -467,6 +467,7 @@ def test_apply_failed_keeps_the_rest_of_the_status_and_other_conditions() -> Non
             f"generation {GEN} could not be applied; retrying with back-off",
         ),
         "Degraded": ("True", "ApplyFailed", "Service minimal: forbidden: exceeded quota"),
+        "ChildrenSynced": ("False", "ApplyFailed", "Service minimal: forbidden: exceeded quota"),
         "BenchmarkComplete": ("True", "Measured", "revision abc: ..."),
     }
     assert cond(st, "Ready")["observedGeneration"] == GEN
