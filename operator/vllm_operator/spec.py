@@ -1158,7 +1158,8 @@ class VLLMServiceStatus(_Model):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Progressing, Degraded, BenchmarkComplete, BenchmarkPassed, "
-        "AutoscalingActive (the HPA's ScalingActive), Monitoring.",
+        description="Ready (serving), Progressing, Degraded, ChildrenSynced (every child "
+        "written; else the object refused, or a read failed), BenchmarkComplete, "
+        "BenchmarkPassed, AutoscalingActive (the HPA's ScalingActive), Monitoring.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
