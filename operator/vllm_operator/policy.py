@@ -251,12 +251,14 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     )
     records += [record] if record else []
     first = next((r for r in runs if r.name == name), None)
+    # every Failed verdict is confirmed before it rolls back, also one recorded under Report
+    # (no confirmation named: onFailure was switched to Rollback since); its record names
+    # the confirming run from now on
     confirmation = (
-        verdict is not None
-        and first is not None
-        and first.verdict == FAILED
-        and first.confirmation == confirm_name
+        rollback and verdict is not None and first is not None and first.verdict == FAILED
     )
+    if confirmation and first is not None and first.confirmation != confirm_name:
+        records.append(Record(name, rev, {CONFIRMATION_KEY: confirm_name}))
     measuring, token, confirming_why = name, svc.rerun, None
     if confirmation and verdict is not None:
         failed_first = verdict.failures

@@ -23,7 +23,7 @@ from vllm_operator.apply import _path
 from vllm_operator.benchmarking import carry_out
 from vllm_operator.gates import Run
 from vllm_operator.observe import history
-from vllm_operator.policy import Plan, Start
+from vllm_operator.policy import Plan, Start, confirming
 from vllm_operator.reconcile import reconcile, restorable
 from vllm_operator.render.benchmark import (
     render_account,
@@ -199,15 +199,16 @@ def test_an_unusable_rollback_record_is_a_condition_and_one_event() -> None:
     old_rev = revision(render_pod_template(old, SETTINGS))
     new_rev = revision(render_pod_template(svc, SETTINGS))
     result = {"status": "ok", "headline": {"outputTokensPerSecond": 5}}
-    for rev, minute, spec_json, verdict in (
-        (old_rev, 1, '{"model": 1}', "Passed"),  # a record that does not parse
-        # judged Failed and confirmed (or judged by a version that did not confirm)
-        (new_rev, 2, svc.spec.model_dump_json(by_alias=True), "Failed"),
+    for named, rev, minute, spec_json, verdict in (
+        (svc, old_rev, 1, '{"model": 1}', "Passed"),  # a record that does not parse
+        # judged Failed, and its confirmation too
+        (svc, new_rev, 2, svc.spec.model_dump_json(by_alias=True), "Failed"),
+        (confirming(svc), new_rev, 3, svc.spec.model_dump_json(by_alias=True), "Failed"),
     ):
         for cm, data in (
-            (render_result_configmap(svc, rev), {"result.json": json.dumps(result)}),
+            (render_result_configmap(named, rev), {"result.json": json.dumps(result)}),
             (
-                render_run_record(svc, rev),
+                render_run_record(named, rev),
                 {"spec.json": spec_json, **({"verdict": verdict} if verdict else {})},
             ),
         ):

@@ -248,29 +248,45 @@ def good() -> tuple[Service, Run]:
     return old, run(old_rev, verdict=PASSED, created="2030-01-01T00:01:00Z", spec_json=spec_json)
 
 
-def test_a_failed_verdict_rolls_back_to_the_last_passing_revision() -> None:
-    svc = with_spec({"benchmark": {**GATES, "onFailure": "Rollback"}})
-    old, passed = good()
-    bad = run(tps=10, verdict=FAILED)
-    bad = Run(**{**bad.__dict__, "verdict_failures": "outputTokensPerSecond 10 < minimum 50"})
-    got = decide(svc, seen((passed, bad), dep=deployment(passed.revision)), SETTINGS)
-    assert got == plan(
-        failures=("outputTokensPerSecond 10 < minimum 50",),
-        rollback_to=passed,
-        restored=svc.model_copy(update={"spec": old.spec}),
-        rollout_done=False,  # nothing starts while the rollback is in force
+def confirmed_failure(tps: float = 12) -> tuple[Run, Run]:
+    """The revision's first run judged Failed, and its confirmation judged Failed too."""
+    failures = f"outputTokensPerSecond {tps:g} < minimum 50"
+    second = dataclasses.replace(
+        run(name=CONFIRM_RUN, tps=tps, verdict=FAILED, created="2030-01-01T00:06:00Z"),
+        verdict_failures=failures,
     )
-    assert got.rolled_back_to == passed.revision
+    return failed_first(), second
+
+
+def test_a_failed_verdict_recorded_under_report_is_confirmed_before_a_rollback() -> None:
+    """Issue 19, item 8: switching onFailure from Report to Rollback must not roll back at
+    once on the one measurement Report recorded (no confirmation named in its record): a
+    second run confirms it first, as for every other failure."""
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    reported = dataclasses.replace(failed_first(), confirmation="")
+    assert decide(svc, seen((passed, reported)), SETTINGS) == plan(
+        run=CONFIRM_RUN,
+        start=Start(CONFIRM_RUN, REV, CONFIRM.rerun),
+        record=(Record(RUN, REV, {"confirmation": CONFIRM_RUN}),),
+        failures=(FIRST_FAILURES,),
+        rollout_done=True,
+        confirming=confirming_why(),
+    )
+    # under Report it stays reported, and nothing is confirmed
+    svc = with_spec({"benchmark": {**GATES, "onFailure": "Report"}})
+    assert decide(svc, seen((passed, reported)), SETTINGS) == plan(
+        failures=(FIRST_FAILURES,), rollout_done=True
+    )
 
 
 def test_a_rollback_target_whose_record_does_not_render_its_revision_is_refused() -> None:
-    svc = with_spec({"benchmark": {**GATES, "onFailure": "Rollback"}})
+    svc = with_spec(ROLLBACK)
     _, passed = good()
     planted = Run(
         **{**passed.__dict__, "spec_json": with_spec({"image": "evil:1"}).spec.model_dump_json()}
     )
-    bad = run(tps=10, verdict=FAILED)
-    got = decide(svc, seen((planted, bad)), SETTINGS)
+    got = decide(svc, seen((planted, *confirmed_failure())), SETTINGS)
     assert got.restored is None
     assert got.rolled_back_to is None
     assert got.rollback_to == planted

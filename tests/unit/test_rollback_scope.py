@@ -11,6 +11,7 @@ from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
+from vllm_operator.policy import confirming
 from vllm_operator.reconcile import reconcile
 from vllm_operator.render.benchmark import render_result_configmap, render_run_record, revision
 from vllm_operator.render.deployment import render_pod_template
@@ -22,8 +23,16 @@ PATH = _path(API_VERSION, "VLLMService", "ns", "minimal")
 GATES = {"onFailure": "Rollback", "thresholds": {"minOutputTokensPerSecond": 10}}
 
 
-def put_run(api: FakeApi, svc: Service, minute: int, tps: float, verdict: str | None) -> str:
+def put_run(
+    api: FakeApi,
+    svc: Service,
+    minute: int,
+    tps: float,
+    verdict: str | None,
+    rerun: str | None = None,
+) -> str:
     rev = revision(render_pod_template(svc, SETTINGS))
+    named = svc.model_copy(update={"rerun": rerun})
     result = {"status": "ok", "headline": {"outputTokensPerSecond": tps}}
     record: dict[str, str] = {"spec.json": svc.spec.model_dump_json(by_alias=True)}
     if verdict:
@@ -34,8 +43,8 @@ def put_run(api: FakeApi, svc: Service, minute: int, tps: float, verdict: str | 
             else "outputTokensPerSecond 5 < minimum 10",
         }
     for cm, data in (
-        (render_result_configmap(svc, rev), {"result.json": json.dumps(result)}),
-        (render_run_record(svc, rev), record),
+        (render_result_configmap(named, rev), {"result.json": json.dumps(result)}),
+        (render_run_record(named, rev), record),
     ):
         cm["metadata"]["creationTimestamp"] = f"2030-01-01T00:0{minute}:00Z"
         cm["metadata"]["ownerReferences"][0]["uid"] = "uid-1"
@@ -49,14 +58,15 @@ def cond(api: FakeApi, kind: str) -> dict[str, Any]:
 
 
 def rolled_back(spec: dict[str, Any]) -> tuple[FakeApi, str]:
-    """A service whose revision B failed its gate (recorded), A passed before it; the spec
-    now is B's plus `spec` (changes that do not touch the pod template)."""
+    """A service whose revision B failed its gate in two runs (recorded), A passed before it;
+    the spec now is B's plus `spec` (changes that do not touch the pod template)."""
     api = FakeApi(SETTINGS)
     a = Service.from_body(body("minimal", {"benchmark": GATES}))
     b_body = body("minimal", {"benchmark": GATES, "engine": {"maxModelLen": 4096}})
     b = Service.from_body(b_body)
     a_rev = put_run(api, a, 1, 50, "Passed")
     put_run(api, b, 2, 5, "Failed")
+    put_run(api, b, 3, 5, "Failed", confirming(b).rerun)  # and its confirmation failed too
     api.put(PATH, body("minimal", {"benchmark": GATES, "engine": {"maxModelLen": 4096}, **spec}))
     reconcile(api.objects[PATH], api, SETTINGS)
     return api, a_rev
