@@ -4,7 +4,8 @@
 -- metav1-style conditions the operator writes (Ready, Progressing, Degraded):
 --   status not yet written for this generation -> Progressing (the operator has not acted yet)
 --   Degraded=True (a crash loop, an image that cannot be pulled, an invalid spec, a
---   benchmark rollback)                       -> Degraded, with the condition's message
+--   benchmark rollback, a refused or foreign child: ChildrenSynced=False says which;
+--   never a failed read)                      -> Degraded, with the condition's message
 --   Ready=False, reason ScaledToZero           -> Suspended (replicas: 0 on purpose)
 --   Ready=True                                 -> Healthy
 --   Progressing=False, ProgressDeadlineExceeded -> Degraded

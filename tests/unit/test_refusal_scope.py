@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.chart_support import argocd_health
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
@@ -388,3 +389,22 @@ def test_absent_from_the_labelled_cache_is_read_once_before_a_create_and_never_o
         assert run(api).changes == ()
     assert ("GET", path) not in api.requests[before:]
     assert len(api.writes_made()) == writes
+
+
+# ---- what GitOps tools make of it (deploy/argocd/health.lua) -------------------------------
+
+
+def test_argocd_sees_a_refused_child_as_degraded_and_a_failed_read_as_no_change() -> None:
+    api = make({**NO_BENCHMARK, "autoscaling": {"enabled": True}})
+    api.deny("/horizontalpodautoscalers/", 403, QUOTA.format("horizontalpodautoscalers"))
+    serving(api)
+    refused = cond(api, "ChildrenSynced")
+    assert argocd_health(stored(api)) == ("Degraded", f"ApplyFailed: {refused['message']}")
+    api.denials.clear()
+    run(api)
+    healthy = argocd_health(stored(api))
+    assert healthy[0] == "Healthy"
+    api.deny_reads("/deployments/minimal", 429, "Too many requests, please try again later.")
+    run(api)
+    assert brief(api, "ChildrenSynced") == ("False", "ReadFailed")
+    assert argocd_health(stored(api)) == healthy
