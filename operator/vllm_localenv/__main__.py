@@ -130,16 +130,7 @@ def _play(cluster: LocalCluster, args: argparse.Namespace) -> int:
 
 
 def _check_host(_: LocalCluster, args: argparse.Namespace) -> int:
-    purposes = tuple(args.purpose) if args.purpose else None
-    missing = host_packages.missing(purposes)
-    if missing:
-        print("missing: " + ", ".join(missing) + "; " + host_packages.install_hint())
-        return 1
-    listed = [p for p in host_packages.load() if purposes is None or p.purpose in purposes]
-    print(
-        f"host commands present: {sum(len(p.commands) for p in listed)} of {len(listed)} packages"
-    )
-    return 0
+    return host_packages.check(tuple(args.purpose) if args.purpose else None)
 
 
 COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str]] = {

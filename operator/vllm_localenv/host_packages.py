@@ -8,7 +8,9 @@ A missing command's message therefore names the script that really installs its 
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,3 +62,33 @@ def missing(purposes: tuple[str, ...] | None = None) -> list[str]:
 
 def install_hint() -> str:
     return f"run {INSTALLER} (or `make node`), which installs every package in {LIST.name}"
+
+
+def check(purposes: tuple[str, ...] | None = None) -> int:
+    """Prints what is missing (and how to install it) or how much is present; the exit code."""
+    absent = missing(purposes)
+    if absent:
+        print("missing: " + ", ".join(absent) + "; " + install_hint())
+        return 1
+    listed = [p for p in load() if purposes is None or p.purpose in purposes]
+    count = sum(len(p.commands) for p in listed)
+    print(f"host commands present: {count} of {len(listed)} packages")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standard library only, so that it runs on a bare host before anything is installed:
+    `python3 operator/vllm_localenv/host_packages.py [--purpose node]`."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--purpose",
+        action="append",
+        choices=sorted({p.purpose for p in load()}),
+        help="only the packages for this purpose (repeatable; default: all)",
+    )
+    args = parser.parse_args(argv)
+    return check(tuple(args.purpose) if args.purpose else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
