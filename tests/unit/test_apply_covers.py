@@ -370,3 +370,22 @@ def test_a_run_started_is_one_event_not_one_per_part() -> None:
     # a run stopped is still reported
     stop = [Change("Job", "m-bench-old", "deleted")]
     assert _events(same, same, stop) == [Event("Normal", "JobDeleted", "Job m-bench-old deleted")]
+
+
+def test_empty_values_the_api_server_omits_are_not_drift() -> None:
+    """EnvVar.value and Toleration.value are `omitempty`: the API server stores `value: ""`
+    as no key at all, so a live object without it is what applying `""` leaves."""
+    desired = {
+        "env": [{"name": "EMPTY", "value": ""}],
+        "tolerations": [{"key": "gpu", "operator": "Exists", "value": "", "effect": "NoSchedule"}],
+        "nodeSelector": {},
+        "imagePullSecrets": [],
+    }
+    live = {
+        "env": [{"name": "EMPTY"}],
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    assert covers(desired, live)
+    # a non-empty value that live lacks is drift, and so is a live value other than ""
+    assert not covers({"env": [{"name": "EMPTY", "value": "x"}]}, live)
+    assert not covers(desired, {**live, "env": [{"name": "EMPTY", "value": "set"}]})
