@@ -3,13 +3,22 @@ Pod Security admission then judges: tests/integration/test_pod_security.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import setup_missing
 from tests.unit.builders import service
 from vllm_operator.render.benchmark import render_job
-from vllm_operator.render.deployment import render_deployment
+from vllm_operator.render.deployment import HOME_ENV, NON_ROOT_ID, render_deployment
 from vllm_operator.settings import OperatorSettings
 
 RESTRICTED = OperatorSettings()
@@ -59,10 +68,80 @@ def test_baseline_keeps_the_image_user_and_adds_nothing() -> None:
     assert "HOME" not in {e["name"] for e in c["env"]}
 
 
-def test_a_users_home_wins() -> None:
-    p = pod("minimal", RESTRICTED, {"env": [{"name": "HOME", "value": "/data/home"}]})
-    homes = [e for e in p["containers"][0]["env"] if e["name"] == "HOME"]
-    assert homes == [{"name": "HOME", "value": "/data/home"}]
+def test_restricted_names_a_user_and_puts_the_compiler_caches_in_the_home_volume() -> None:
+    """uid 65532 has no passwd entry in the upstream vLLM images (issue 19 (1)): the pod names
+    its user in the environment, and the inductor and Triton caches lie in the writable home
+    volume whatever HOME is."""
+    (c,) = pod("minimal", RESTRICTED)["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["USER"] == env["LOGNAME"] == "vllm"
+    (home,) = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == "home"]
+    assert env["HOME"] == home
+    for cache in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert env[cache].startswith(f"{home}/"), cache
+
+
+@pytest.mark.parametrize("name", [name for name, _ in HOME_ENV])
+def test_a_users_value_wins(name: str) -> None:
+    """Each of the home's variables is one spec.env may set: the renderer then leaves its own
+    out (two entries of one name are refused by server-side apply)."""
+    p = pod("minimal", RESTRICTED, {"env": [{"name": name, "value": "/data/mine"}]})
+    (c,) = p["containers"]
+    assert [e for e in c["env"] if e["name"] == name] == [{"name": name, "value": "/data/mine"}]
+    others = {n for n, _ in HOME_ENV} - {name}
+    assert others <= {e["name"] for e in c["env"]}
+
+
+GETUSER = (
+    "import getpass, json, pathlib; "
+    "print(json.dumps([getpass.getuser(), str(pathlib.Path.home())]))"
+)
+
+
+def _runnable_by_anyone(path: Path) -> bool:
+    """path is executable by others, and every directory above it searchable by them."""
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+def _run_as_pod_user(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        setup_missing("setpriv is missing: scripts/install-node-deps.sh installs util-linux")
+    if os.geteuid() != 0:
+        setup_missing("running a command as uid 65532 needs root")
+    candidates = [Path(os.path.realpath(sys.executable)), Path("/usr/bin/python3")]
+    python = next((p for p in candidates if p.exists() and _runnable_by_anyone(p)), None)
+    if python is None:
+        setup_missing(f"no Python that uid {NON_ROOT_ID} may run among {candidates}")
+    ids = str(NON_ROOT_ID)
+    return subprocess.run(
+        [setpriv, "--reuid", ids, "--regid", ids, "--clear-groups", str(python), "-c", GETUSER],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_getuser_answers_as_the_pods_uid_with_the_rendered_env() -> None:
+    """What torch before 2.13 calls at vLLM's start-up, run as uid 65532 with exactly the
+    container's rendered environment (its literal values): the pod's user name, not
+    KeyError('getpwuid(): uid not found: 65532'). The same call with HOME alone (what the
+    renderer set before) still fails here, so the host has no passwd entry that would hide it."""
+    (c,) = pod("minimal", RESTRICTED)["containers"]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert "PATH" not in env  # nothing of this process's environment leaks in
+    proc = _run_as_pod_user(env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["vllm", env["HOME"]]
+    try:
+        pwd.getpwuid(NON_ROOT_ID)
+    except KeyError:
+        before = _run_as_pod_user({"HOME": env["HOME"]})
+        assert before.returncode != 0
+        assert f"uid not found: {NON_ROOT_ID}" in before.stderr
 
 
 def test_the_setting_is_refused_unless_a_level() -> None:

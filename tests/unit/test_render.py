@@ -21,6 +21,14 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service, VLLMServiceSpec, parse_quantity
 
 SETTINGS = OperatorSettings(cluster_domain="cluster.local")
+# Pod Security "restricted": a home for uid 65532, which has no passwd entry in vLLM's images
+HOME_ENV = [
+    {"name": "HOME", "value": "/root"},
+    {"name": "USER", "value": "vllm"},
+    {"name": "LOGNAME", "value": "vllm"},
+    {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/root/.cache/torchinductor"},
+    {"name": "TRITON_CACHE_DIR", "value": "/root/.triton/cache"},
+]
 
 
 def labels(name: str) -> dict[str, str]:
@@ -138,7 +146,7 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                         ],
                         "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
                         "env": [
-                            {"name": "HOME", "value": "/root"},
+                            *HOME_ENV,
                             {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
                         ],
                         "resources": {
@@ -410,7 +418,7 @@ def test_llama3_token_comes_from_the_secret_only() -> None:
     svc = service("llama3-8b")
     dep = render_deployment(svc, SETTINGS)
     assert container(dep)["env"] == [
-        {"name": "HOME", "value": "/root"},
+        *HOME_ENV,
         {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}},
     ]
@@ -524,7 +532,7 @@ def test_model_cache_none() -> None:
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "home", "mountPath": "/root"},
     ]
-    assert container(dep)["env"] == [{"name": "HOME", "value": "/root"}]
+    assert container(dep)["env"] == HOME_ENV
     baseline = OperatorSettings(vllm_pod_security="baseline")
     dep = render_deployment(service("minimal", {"modelCache": {"type": "None"}}), baseline)
     assert "env" not in container(dep)  # an empty env list is left out
@@ -545,7 +553,7 @@ def test_user_env_after_operator_env() -> None:
     ]
     svc = service("minimal", {"env": env, "apiKey": {"name": "api", "key": "k"}})
     assert container(render_deployment(svc, SETTINGS))["env"] == [
-        {"name": "HOME", "value": "/root"},
+        *HOME_ENV,
         {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
         {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "k"}}},
         {"name": "A", "value": "1"},
@@ -911,7 +919,7 @@ def test_tiny_cpu_container_exactly() -> None:
         "--enforce-eager",
     ]
     assert c["env"] == [
-        {"name": "HOME", "value": "/root"},
+        *HOME_ENV,
         {
             "name": "VLLM_HOST_IP",
             "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.unit.builders import body, service
-from vllm_operator.render.deployment import render_deployment
+from vllm_operator.render.deployment import HOME_ENV, render_deployment
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import RESERVED_ENV, Service, owned_flag
 
@@ -139,9 +139,11 @@ def test_reserved_env_names_cover_everything_the_renderer_sets() -> None:
         env = dep["spec"]["template"]["spec"]["containers"][0].get("env", [])
         rendered |= {e["name"] for e in env}
     assert rendered
-    # HOME (Pod Security "restricted": a writable home for any uid) is the one the user may
-    # set: the renderer then leaves its own out, so the two never collide either
-    assert rendered - {"HOME"} <= set(RESERVED_ENV), rendered - set(RESERVED_ENV)
+    # the home's variables (Pod Security "restricted": a writable home and a user name for a
+    # uid without a passwd entry) are the ones the user may set: the renderer then leaves its
+    # own out, so the two never collide either
+    home = {name for name, _ in HOME_ENV}
+    assert rendered - home <= set(RESERVED_ENV), rendered - set(RESERVED_ENV)
     own = service("minimal", {"env": [{"name": "HOME", "value": "/home/me"}]})
     env = render_deployment(own, OperatorSettings())["spec"]["template"]["spec"]["containers"][0]
     assert [e for e in env["env"] if e["name"] == "HOME"] == [{"name": "HOME", "value": "/home/me"}]

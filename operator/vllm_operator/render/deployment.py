@@ -27,6 +27,20 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # (OnRootMismatch: one chown when its group differs, not one walk of a large cache per start).
 NON_ROOT_ID = 65532
 HOME_DIR = "/root"
+# What a uid without a passwd entry needs besides HOME (issue 19 (1)): the upstream vLLM images
+# have none for 65532, and getpass.getuser() then raises KeyError('getpwuid(): uid not found')
+# unless LOGNAME or USER is set; torch before 2.13 asks it for the inductor cache's default
+# directory (/tmp/torchinductor_<user>) when vLLM imports torch._dynamo.convert_frame at
+# start-up. The inductor and Triton caches go under the writable home volume (not under $HOME,
+# which a user may point elsewhere). Each one a spec.env entry of the same name replaces.
+POD_USER = "vllm"
+HOME_ENV: tuple[tuple[str, str], ...] = (
+    ("HOME", HOME_DIR),
+    ("USER", POD_USER),
+    ("LOGNAME", POD_USER),
+    ("TORCHINDUCTOR_CACHE_DIR", f"{HOME_DIR}/.cache/torchinductor"),
+    ("TRITON_CACHE_DIR", f"{HOME_DIR}/.triton/cache"),
+)
 
 
 def server_args(spec: VLLMServiceSpec) -> list[str]:
@@ -229,11 +243,12 @@ def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
 def _home(
     spec: VLLMServiceSpec, settings: OperatorSettings
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts, env) of a writable HOME for the non-root user; none in "baseline",
-    and no HOME variable when spec.env sets one (the user's wins)."""
+    """(volumes, mounts, env) of a writable HOME for the non-root user (HOME_ENV); none in
+    "baseline", and none of HOME_ENV's variables that spec.env sets (the user's wins)."""
     if settings.vllm_pod_security != "restricted":
         return [], [], []
-    env = [] if any(v.name == "HOME" for v in spec.env) else [{"name": "HOME", "value": HOME_DIR}]
+    own = {v.name for v in spec.env}
+    env = [{"name": name, "value": value} for name, value in HOME_ENV if name not in own]
     return (
         [{"name": "home", "emptyDir": {}}],
         [{"name": "home", "mountPath": HOME_DIR}],
