@@ -198,6 +198,30 @@ def _ended(svc: Service, job: JobState, run: Run) -> Record | None:
     )
 
 
+def superseded(run: Run) -> bool:
+    """The operator stopped `run` before it finished (a newer rollout or re-run): it measured
+    nothing, so it is no verdict of its revision."""
+    return run.state == "Failed" and run.message == SUPERSEDED
+
+
+def measured_again(svc: Service, rev: str, runs: dict[str, Run]) -> Service:
+    """`svc` with the rerun token that names its current run of `rev`: its own, or, where the
+    run of that name was superseded (the revision was replaced before its run finished, and
+    now it is back), the next token `<token>#remeasure-<n>`: a new run measures it. The
+    newest run of those names that was not superseded is the current one (a pruned earlier
+    one changes nothing)."""
+    names = [
+        svc.model_copy(update={"rerun": f"{svc.rerun or ''}#remeasure-{n}" if n else svc.rerun})
+        for n in range(len(runs) + 2)
+    ]
+    seen = [(n, runs.get(run_name(s, rev))) for n, s in enumerate(names)]
+    live = [n for n, r in seen if r is not None and not superseded(r)]
+    if live:
+        return names[live[-1]]
+    gone = [n for n, r in seen if r is not None]
+    return names[gone[-1] + 1] if gone else svc
+
+
 def confirming(svc: Service) -> Service:
     """`svc` as the run confirming a failed verdict is rendered: a re-run of the same
     revision, under a token of its own (run_name: another Job, ConfigMap and record)."""
@@ -237,8 +261,11 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     if not bench.enabled:
         return Plan()
     rev = revision(render_pod_template(svc, settings))
-    name = run_name(svc, rev)  # the current run: the revision's, or its re-run's
-    confirm = confirming(svc)
+    observed_runs = {r.name: r for r in observed.runs}
+    # the current run: the revision's, or its re-run's; a new one where it was superseded
+    base = measured_again(svc, rev, observed_runs)
+    name = run_name(base, rev)
+    confirm = measured_again(confirming(base), rev, observed_runs)
     confirm_name = run_name(confirm, rev)
     records: list[Record] = []
 
@@ -259,7 +286,7 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     )
     if confirmation and first is not None and first.confirmation != confirm_name:
         records.append(Record(name, rev, {CONFIRMATION_KEY: confirm_name}))
-    measuring, token, confirming_why = name, svc.rerun, None
+    measuring, token, confirming_why = name, base.rerun, None
     if confirmation and verdict is not None:
         failed_first = verdict.failures
         measuring, token = confirm_name, confirm.rerun
@@ -327,6 +354,7 @@ __all__ = [
     "Start",
     "confirming",
     "decide",
+    "measured_again",
     "restorable",
     "runs_to_prune",
 ]

@@ -476,3 +476,44 @@ def test_pruning_keeps_both_runs_of_the_revision() -> None:
         SETTINGS,
     )
     assert got.prune == (older.name,)
+
+
+# ---- a superseded run is no verdict: the revision is measured when it comes back -----------
+
+REMEASURE = SVC.model_copy(update={"rerun": "#remeasure-1"})
+REMEASURE_RUN = run_name(REMEASURE, REV)
+
+
+def superseded_run(name: str = RUN) -> Run:
+    return dataclasses.replace(
+        run(name=name, state="Failed", created="2030-01-01T00:01:00Z"), message=SUPERSEDED
+    )
+
+
+def test_a_revision_whose_run_was_superseded_is_measured_again_when_it_comes_back() -> None:
+    """Issue 19, item 6: the revision's run was stopped by a newer rollout before it finished;
+    reverting to the revision starts a new run (it left BenchmarkFailed for good)."""
+    assert REMEASURE_RUN not in (RUN, CONFIRM_RUN)
+    assert decide(SVC, seen((superseded_run(),)), SETTINGS) == plan(
+        run=REMEASURE_RUN, start=Start(REMEASURE_RUN, REV, "#remeasure-1"), rollout_done=True
+    )
+    # that run is the current one from then on: judged once complete, never a third one
+    done = run(name=REMEASURE_RUN, created="2030-01-01T00:09:00Z")
+    assert decide(SVC, seen((superseded_run(), done)), SETTINGS) == plan(
+        run=REMEASURE_RUN,
+        record=(Record(REMEASURE_RUN, REV, {"verdict": PASSED, "verdictFailures": ""}),),
+        failures=(),
+        rollout_done=True,
+    )
+    # superseded again: the next one; and the superseded one pruned away changes nothing
+    again = dataclasses.replace(superseded_run(REMEASURE_RUN), created="2030-01-01T00:09:00Z")
+    third = run_name(SVC.model_copy(update={"rerun": "#remeasure-2"}), REV)
+    assert decide(SVC, seen((superseded_run(), again)), SETTINGS).start == Start(
+        third, REV, "#remeasure-2"
+    )
+    assert decide(SVC, seen((done,)), SETTINGS).run == REMEASURE_RUN
+
+
+def test_a_run_that_failed_otherwise_stays_the_revisions_verdict() -> None:
+    failed = dataclasses.replace(superseded_run(), message="BackoffLimitExceeded: exit 1")
+    assert decide(SVC, seen((failed,)), SETTINGS) == plan(rollout_done=True)

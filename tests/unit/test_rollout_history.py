@@ -1,0 +1,86 @@
+"""The benchmark history across rollouts and reverts, through reconcile() against the
+in-memory API server (issue 19): a revision whose run was superseded is measured when it
+comes back (item 6)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from tests.unit.builders import body
+from tests.unit.fake_api import FakeApi, rolled_out
+from vllm_operator import API_VERSION
+from vllm_operator.apply import _path
+from vllm_operator.observe import history
+from vllm_operator.policy import SUPERSEDED
+from vllm_operator.reconcile import Outcome, reconcile
+from vllm_operator.render.benchmark import revision, run_name
+from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
+
+SETTINGS = OperatorSettings()
+PATH = _path(API_VERSION, "VLLMService", "ns", "minimal")
+DEP = _path("apps/v1", "Deployment", "ns", "minimal")
+
+
+def spec(seqs: int, **bench: Any) -> dict[str, Any]:
+    return {"engine": {"maxNumSeqs": seqs}, "benchmark": bench}
+
+
+def svc(seqs: int, **bench: Any) -> Service:
+    return Service.from_body(body("minimal", spec(seqs, **bench)))
+
+
+def rev(seqs: int) -> str:
+    return revision(render_pod_template(svc(seqs), SETTINGS))
+
+
+def reconciled(api: FakeApi) -> Outcome:
+    return reconcile(copy.deepcopy(api.objects[PATH]), api, SETTINGS)
+
+
+def roll_to(api: FakeApi, seqs: int, **bench: Any) -> None:
+    """The user applies a spec; the operator applies it and the rollout finishes."""
+    generation = api.objects[PATH]["metadata"]["generation"] + 1 if PATH in api.objects else 1
+    api.put(PATH, body("minimal", spec(seqs, **bench), generation=generation))
+    reconciled(api)
+    rolled_out(api)
+    reconciled(api)
+
+
+def publish(api: FakeApi, run: str, tps: float) -> None:
+    cm = api.objects[_path("v1", "ConfigMap", "ns", run)]
+    cm["data"]["result.json"] = json.dumps(
+        {"status": "ok", "headline": {"outputTokensPerSecond": tps}}
+    )
+    api.objects[_path("batch/v1", "Job", "ns", run)]["status"] = {"succeeded": 1}
+
+
+def test_a_revision_whose_run_was_superseded_is_measured_when_it_comes_back() -> None:
+    api = FakeApi(SETTINGS)
+    roll_to(api, 8)
+    first = run_name(svc(8), rev(8))
+    job = _path("batch/v1", "Job", "ns", first)
+    api.objects[job]["status"] = {"active": 1}  # measuring when the next spec arrives
+    roll_to(api, 16)  # its run is superseded
+    assert job not in api.objects
+    assert {r.name: r.message for r in history(api, svc(8))}[first] == SUPERSEDED
+    roll_to(api, 8)  # back to it: a new run measures it
+    runs = [r for r in history(api, svc(8)) if r.revision == rev(8)]
+    assert [r.state for r in runs] == ["Failed", "Running"]
+    second = runs[1].name
+    assert _path("batch/v1", "Job", "ns", second) in api.objects
+    done = next(
+        c for c in api.objects[PATH]["status"]["conditions"] if c["type"] == "BenchmarkComplete"
+    )
+    assert (done["status"], done["reason"]) == ("False", "BenchmarkRunning")
+    publish(api, second, 60)
+    reconciled(api)
+    bench = api.objects[PATH]["status"]["benchmark"]
+    assert (bench["job"], bench["state"], bench["outputTokensPerSecond"]) == (
+        second,
+        "Complete",
+        60,
+    )
