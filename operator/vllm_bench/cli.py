@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from vllm_bench import report
 from vllm_bench.client import BenchError
+from vllm_bench.presets import PRESETS
 from vllm_bench.results import (
     EXIT_USAGE,
     build_document,
@@ -94,7 +95,8 @@ def _scenario_list(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(run_defaults: dict[str, object] | None = None) -> argparse.ArgumentParser:
+    """The command line; `run_defaults` replaces defaults of `run` (a preset's)."""
     parser = argparse.ArgumentParser(
         prog="vllm-bench", description="Benchmark a vLLM OpenAI-compatible server."
     )
@@ -165,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sizes = run.add_argument_group("workload")
     sizes.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default=None,
+        help="send a reference lab's workload instead of the synthetic one: its prompts, "
+        "sampling and output length, stopping at EOS (arguments given as well still win): "
+        + "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values()),
+    )
+    sizes.add_argument(
         "--requests",
         type=_positive(int),
         default=16,
@@ -230,6 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="prompt seed (default random, recorded in the result)",
     )
+    sizes.add_argument(
+        "--sampling-seed",
+        type=int,
+        default=None,
+        help="the requests' sampling seed (vLLM's per-request `seed`; default none)",
+    )
+    sizes.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="generate exactly --output-tokens (default; --no-ignore-eos: stop at EOS, "
+        "--output-tokens is a cap)",
+    )
     naive = run.add_argument_group("naive baseline (scenario naive)")
     naive.add_argument("--naive-model-dir", help="the served model's weights on local disk")
     naive.add_argument(
@@ -251,9 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     more.add_argument(
         "--no-report", action="store_true", help="write result.json only (no plots, no HTML)"
     )
+    if run_defaults:
+        run.set_defaults(**run_defaults)
     validate = sub.add_parser("validate", help="check a result.json against the schema")
     validate.add_argument("path", type=Path)
     return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments; with --preset, the preset's values are the defaults of what it sets, so
+    that an argument on the command line still wins."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "preset", None):
+        args = build_parser(PRESETS[args.preset].argument_defaults()).parse_args(argv)
+    return args
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -291,6 +325,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         prometheus_url=args.prometheus_url,
         warmup_requests=args.warmup_requests,
         rounds=args.rounds,
+        ignore_eos=args.ignore_eos,
+        sampling_seed=args.sampling_seed,
+        preset=args.preset,
+        preset_stand_ins=PRESETS[args.preset].stand_ins if args.preset else (),
     )
 
 
@@ -372,7 +410,7 @@ def _validate(path: Path, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     if args.command == "validate":
         return _validate(args.path, console)

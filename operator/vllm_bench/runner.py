@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_bench import __version__
-from vllm_bench.client import BenchError, Budget, OpenAIClient, Request
+from vllm_bench.client import BenchError, Budget, OpenAIClient
 from vllm_bench.liveload import FAMILIES as LIVE_LOAD_FAMILIES
 from vllm_bench.liveload import LiveLoad
 from vllm_bench.liveload import document as live_load_document
@@ -109,13 +109,9 @@ async def _warm_up(ctx: Context, environment: dict[str, Any]) -> None:
     cfg = ctx.config
     if cfg.warmup_requests <= 0 or not set(cfg.scenarios) - {"naive"}:
         return
+    # random words even with a preset: the lab's own prompts stay out of the prefix cache
     requests = [
-        Request(
-            max_tokens=cfg.output_tokens,
-            prompt=ctx.prompts.prompt(cfg.input_tokens),
-            temperature=cfg.temperature,
-        )
-        for _ in range(cfg.warmup_requests)
+        ctx.request(prompt=ctx.prompts.prompt(cfg.input_tokens)) for _ in range(cfg.warmup_requests)
     ]
     discarded = ScenarioResult()
     t0 = time.perf_counter()

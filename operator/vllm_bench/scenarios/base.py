@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllm_bench.client import BenchError, Completion, OpenAIClient, Request
+from vllm_bench.presets import PRESETS, Preset
 from vllm_bench.stats import peak_overlap, percentile
 from vllm_bench.workload import PromptFactory
 
@@ -51,6 +52,11 @@ class BenchConfig:
     rounds: int = 1  # each scenario in ROUNDED_SCENARIOS runs this often, interleaved
     # send requests through HTTP(S)_PROXY / NO_PROXY (and ~/.netrc) as the environment says
     proxy_from_env: bool = False
+    # True: exactly max_tokens out, so that runs compare; a lab's preset stops at EOS, as the lab
+    ignore_eos: bool = True
+    sampling_seed: int | None = None  # the requests' `seed` (vLLM's per-request sampling seed)
+    preset: str | None = None  # a lab's workload (presets.py) instead of the synthetic one
+    preset_stand_ins: tuple[str, ...] = ()  # the preset's texts that are not the lab's own
 
     def as_document(self) -> dict[str, Any]:
         """camelCase keys, as in the result document."""
@@ -90,6 +96,37 @@ class Context:
     progress: Progress
     max_model_len: int | None
     cache_config: dict[str, str]
+
+    @property
+    def preset(self) -> Preset | None:
+        """The lab workload the run sends, if --preset chose one."""
+        return PRESETS[self.config.preset] if self.config.preset else None
+
+    def request(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: tuple[dict[str, str], ...] | None = None,
+        max_tokens: int | None = None,
+    ) -> Request:
+        """A request with the run's sampling settings: temperature, ignore_eos, the sampling
+        seed, and --output-tokens unless `max_tokens` says otherwise."""
+        cfg = self.config
+        return Request(
+            max_tokens=cfg.output_tokens if max_tokens is None else max_tokens,
+            prompt=prompt,
+            messages=messages,
+            ignore_eos=cfg.ignore_eos,
+            temperature=cfg.temperature,
+            extra={} if cfg.sampling_seed is None else {"seed": cfg.sampling_seed},
+        )
+
+    def completion_prompts(self, n: int) -> list[str]:
+        """n completion prompts: the preset's (in order, cycled) or fresh random words of
+        about --input-tokens each."""
+        if self.preset is not None:
+            return self.preset.cycled(n)
+        return [self.prompts.prompt(self.config.input_tokens) for _ in range(n)]
 
 
 @dataclass

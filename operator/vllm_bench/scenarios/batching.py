@@ -44,15 +44,7 @@ def ladder_requests(concurrency: int) -> int:
 
 
 def _requests(ctx: Context, n: int) -> list[Request]:
-    cfg = ctx.config
-    return [
-        Request(
-            max_tokens=cfg.output_tokens,
-            prompt=ctx.prompts.prompt(cfg.input_tokens),
-            temperature=cfg.temperature,
-        )
-        for _ in range(n)
-    ]
+    return [ctx.request(prompt=prompt) for prompt in ctx.completion_prompts(n)]
 
 
 def _point(phase: PhaseResult, concurrency: int) -> dict[str, float | int | None]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from vllm_bench.client import BenchError, Request
+from vllm_bench.client import BenchError
 from vllm_bench.metrics import CACHE_CONFIG_INFO
 from vllm_bench.scenarios.base import Context, ScenarioResult, rounded, sample_record
 
@@ -26,9 +26,9 @@ def max_sequences(num_blocks: int, block_size: int, tokens_per_sequence: int) ->
 async def run(ctx: Context, result: ScenarioResult) -> None:
     cfg = ctx.config
     started = time.perf_counter()
-    first = await ctx.client.generate(
-        Request(max_tokens=cfg.output_tokens, prompt=ctx.prompts.prompt(cfg.input_tokens))
-    )
+    preset = ctx.preset
+    prompt = preset.first_prompt if preset else ctx.prompts.prompt(cfg.input_tokens)
+    first = await ctx.client.generate(ctx.request(prompt=prompt))
     result.samples.append(sample_record(first, "first-request", 0, started))
     result.summary["firstRequestLatencySeconds"] = rounded(first.latency)
 

@@ -1,7 +1,8 @@
 """Scenario `prefix`: what automatic prefix caching buys, and what breaks it.
 
 Chat requests share a long system prompt (an instruction plus few-shot examples, about
---prefix-tokens long, as in the reference lab) and differ only in a short user question.
+--prefix-tokens long, as in the reference lab; with --preset, the lab's own: presets.py) and
+differ only in a short user question.
 Sent one at a time, so TTFT is the server's prefill and nothing else:
 - cold: the shared prefix is not cached. With POST /reset_prefix_cache (vLLM with
   VLLM_SERVER_DEV_MODE=1) the cache is reset before each request ("reset"); otherwise each
@@ -30,16 +31,15 @@ OUTPUT_TOKENS = 8  # TTFT is the point; a few tokens keep the requests cheap
 TAIL_TOKENS = 16
 
 
-def _request(ctx: Context, system: str) -> Request:
-    question = ctx.prompts.words(TAIL_TOKENS)
-    return Request(
-        max_tokens=OUTPUT_TOKENS,
-        messages=(
-            {"role": "system", "content": system},
-            {"role": "user", "content": f"Question: {question}?"},
-        ),
-        temperature=ctx.config.temperature,
-    )
+def _request(ctx: Context, system: str, i: int) -> Request:
+    """The i-th request of a phase: the preset's i-th question (cycled) or random words."""
+    preset = ctx.preset
+    if preset is not None:
+        question = preset.prefix_questions[i % len(preset.prefix_questions)]
+    else:
+        question = f"Question: {ctx.prompts.words(TAIL_TOKENS)}?"
+    messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
+    return ctx.request(messages=messages, max_tokens=OUTPUT_TOKENS)
 
 
 async def _cold_method(ctx: Context) -> str:
@@ -90,22 +90,27 @@ async def _counted(
 async def run(ctx: Context, result: ScenarioResult) -> None:
     cfg = ctx.config
     s = result.summary
-    segments = ctx.prompts.shared_prefix(cfg.prefix_tokens)
+    preset = ctx.preset
+    segments = (
+        list(preset.prefix_segments) if preset else ctx.prompts.shared_prefix(cfg.prefix_tokens)
+    )
     canonical = "\n".join(segments)
     s["prefixCachingEnabled"] = ctx.cache_config.get("enable_prefix_caching") == "True"
 
     method = await _cold_method(ctx)
     s["coldMethod"] = method
     cold_requests = [
-        _request(ctx, canonical if method == "reset" else f"{ctx.prompts.words(24)}\n{canonical}")
-        for _ in range(cfg.prefix_requests)
+        _request(
+            ctx, canonical if method == "reset" else f"{ctx.prompts.words(24)}\n{canonical}", i
+        )
+        for i in range(cfg.prefix_requests)
     ]
     cold, cold_hits, _ = await _counted(ctx, result, "cold", cold_requests, reset=method == "reset")
     s["coldTtftP50Seconds"] = rounded(cold.ttft(50) if cold else None)
     s["coldHitsDelta"] = cold_hits
 
-    await run_requests(ctx, [_request(ctx, canonical)], 1, result, "warm-up")
-    warm_requests = [_request(ctx, canonical) for _ in range(cfg.prefix_requests)]
+    await run_requests(ctx, [_request(ctx, canonical, 0)], 1, result, "warm-up")
+    warm_requests = [_request(ctx, canonical, i) for i in range(cfg.prefix_requests)]
     warm, hits, queries = await _counted(ctx, result, "warm", warm_requests, reset=False)
     s["warmTtftP50Seconds"] = rounded(warm.ttft(50) if warm else None)
     cold_p50, warm_p50 = s["coldTtftP50Seconds"], s["warmTtftP50Seconds"]
@@ -119,7 +124,7 @@ async def run(ctx: Context, result: ScenarioResult) -> None:
     # rotations 1..n-1 of the segments: each starts with a different example, none canonical
     rotations = [segments[i:] + segments[:i] for i in range(1, len(segments))]
     reordered_requests = [
-        _request(ctx, "\n".join(rotations[i % len(rotations)]))
+        _request(ctx, "\n".join(rotations[i % len(rotations)]), i)
         for i in range(min(cfg.prefix_requests, len(rotations)))
     ]
     reordered, reordered_hits, _ = await _counted(

@@ -8,21 +8,13 @@ inter-token latencies (gaps between chunk arrivals) and TPOT ((latency - TTFT) /
 
 from __future__ import annotations
 
-from vllm_bench.client import Request
 from vllm_bench.scenarios.base import Context, ScenarioResult, empty_counts, rounded, run_requests
 from vllm_bench.stats import distribution, percentile
 
 
 async def run(ctx: Context, result: ScenarioResult) -> None:
     cfg = ctx.config
-    requests = [
-        Request(
-            max_tokens=cfg.output_tokens,
-            prompt=ctx.prompts.prompt(cfg.input_tokens),
-            temperature=cfg.temperature,
-        )
-        for _ in range(cfg.streaming_requests)
-    ]
+    requests = [ctx.request(prompt=p) for p in ctx.completion_prompts(cfg.streaming_requests)]
     try:
         phase = await run_requests(
             ctx, requests, cfg.streaming_concurrency, result, "stream", token_times=True
