@@ -42,7 +42,7 @@ def render_start(svc: Service, settings: OperatorSettings, start: Start) -> list
     ]
     if not start.resume:
         manifests[:0] = [
-            render_run_record(svc, start.revision, start.target),
+            render_run_record(svc, start.revision, start.target, start.served_before),
             render_result_configmap(svc, start.revision),
         ]
     return manifests

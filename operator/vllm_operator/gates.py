@@ -101,6 +101,7 @@ class Run:
     verdict_failures: str = ""
     target: Target | None = None  # the one pod the run measures (its record; benchtarget.py)
     confirmation: str = ""  # a Failed verdict: the run that measures the revision again
+    served_before: str = ""  # the revision rolled out before this one, as the run started
 
     @property
     def headline(self) -> Headline:
@@ -114,6 +115,40 @@ def previous_passing(runs: list[Run], before: str) -> Run | None:
         if run.revision != before and run.state == "Complete" and run.verdict == PASSED:
             return run
     return None
+
+
+def _theirs(runs: list[Run], revision: str) -> list[Run]:
+    return sorted(
+        (r for r in runs if r.revision == revision), key=lambda r: r.created, reverse=True
+    )
+
+
+def _passing(runs: list[Run]) -> Run | None:
+    return next((r for r in runs if r.state == "Complete" and r.verdict == PASSED), None)
+
+
+def baseline(runs: list[Run], revision: str, before: str = "") -> Run | None:
+    """The regression baseline of `revision`: the newest passing run of the revision that
+    served before it (`before`), else of the newest passing other revision."""
+    if before and before != revision and (run := _passing(_theirs(runs, before))) is not None:
+        return run
+    return previous_passing(runs, revision)
+
+
+def rollback_target(runs: list[Run], revision: str, before: str = "") -> Run | None:
+    """What a failure of `revision` rolls back to: the revision that served before it was
+    rolled out (`before`), when that one passed or has no failed verdict (its newest run with
+    a recorded spec: a superseded one, say); else (not known, failed, or no run recorded) the
+    newest passing run of another revision. After A passes, B passes, A is rolled out again
+    and C fails, that is A: what served before C, not B."""
+    theirs = _theirs(runs, before) if before and before != revision else []
+    if (run := _passing(theirs)) is not None:
+        return run
+    if theirs and not any(r.verdict == FAILED for r in theirs):
+        recorded = next((r for r in theirs if r.spec_json), None)
+        if recorded is not None:
+            return recorded
+    return previous_passing(runs, revision)
 
 
 @dataclass(frozen=True)
@@ -141,9 +176,11 @@ def judge(
     rollback: bool,
     *,
     name: str | None = None,
+    before: str = "",
 ) -> Verdict | None:
     """The gates on `revision`'s completed run (None while there is none); `name`: that run
     (the revision's newest run, a re-run, is the one judged), else the revision's first.
+    `before`: the revision that served before it (the baseline and the rollback target).
 
     A run is judged for good once, when its result arrives, with the thresholds of that
     moment; that recorded verdict alone triggers a rollback, so tightening thresholds later
@@ -159,13 +196,13 @@ def judge(
     )
     if current is None:
         return None
-    baseline = previous_passing(runs, revision)
-    failed = tuple(failures(current.headline, t, baseline.headline if baseline else None))
+    base = baseline(runs, revision, before)
+    failed = tuple(failures(current.headline, t, base.headline if base else None))
     recorded = current.verdict
     to_record = None
     if recorded is None:
         recorded = to_record = FAILED if failed else PASSED
-    target = baseline if (rollback and recorded == FAILED) else None
+    target = rollback_target(runs, revision, before) if (rollback and recorded == FAILED) else None
     if target is not None and to_record is None:
         # a rollback in force reports the verdict that caused it: thresholds loosened since
         # do not make BenchmarkPassed=True beside Degraded=BenchmarkRollback (a re-run, the

@@ -15,6 +15,7 @@ from vllm_operator.render.benchmark import (
     MESSAGE_KEY,
     RECORD_COMPONENT,
     REVISION_LABEL,
+    SERVED_BEFORE_KEY,
     SPEC_KEY,
     STATE_KEY,
     VERDICT_FAILURES_KEY,
@@ -135,6 +136,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
                 verdict_failures=record.get(VERDICT_FAILURES_KEY, ""),
                 target=recorded_target(record),
                 confirmation=record.get(CONFIRMATION_KEY, ""),
+                served_before=record.get(SERVED_BEFORE_KEY, ""),
             )
         )
     return sorted(runs, key=lambda r: r.created)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_operator.render.benchmark import REVISION_LABEL
+from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL
 
 # container waiting reasons that mean the replica will not come up without a change
 BAD_WAITING = (
@@ -61,6 +61,26 @@ class Observed:
         recorded; reconcile.with_revision writes it)."""
         annotations = (self.deployment or {}).get("metadata", {}).get("annotations") or {}
         return str(annotations.get(REVISION_LABEL, ""))
+
+    @property
+    def previous_revision(self) -> str:
+        """The revision rolled out before the live Deployment's ("": not known)."""
+        annotations = (self.deployment or {}).get("metadata", {}).get("annotations") or {}
+        return str(annotations.get(PREVIOUS_REVISION_ANNOTATION, ""))
+
+
+def previous_revision(live: dict[str, Any] | None, rev: str) -> str:
+    """The revision that served before `rev`, for the Deployment that is to run `rev` (its
+    annotation; "": not known): the live Deployment's revision when that is another one and
+    its rollout finished (a rollout that never finished served nothing), else what the live
+    Deployment says already. So a revert shows: after A, B, A again, C's predecessor is A, not
+    B; and a resync writes nothing new."""
+    annotations = ((live or {}).get("metadata") or {}).get("annotations") or {}
+    current = str(annotations.get(REVISION_LABEL, ""))
+    if live is not None and current and current != rev and rolled_out(live):
+        return current
+    before = str(annotations.get(PREVIOUS_REVISION_ANNOTATION, ""))
+    return before if before != rev else ""
 
 
 def rolled_out(deployment: dict[str, Any]) -> bool:

@@ -28,6 +28,7 @@ from vllm_operator.gates import (
     judge,
     last_passing,
     previous_passing,
+    rollback_target,
 )
 from vllm_operator.observed import JobState, Observed, rolled_out
 from vllm_operator.render.benchmark import (
@@ -59,6 +60,7 @@ class Start:
     rerun: str | None = None
     resume: bool = False
     target: Target | None = None
+    served_before: str = ""  # the revision rolled out before this one (gates.rollback_target)
 
 
 @dataclass(frozen=True)
@@ -228,14 +230,15 @@ def confirming(svc: Service) -> Service:
     return svc.model_copy(update={"rerun": f"{svc.rerun or ''}#confirm-failed-run"})
 
 
-def _judge(
-    runs: list[Run], svc: Service, rev: str, name: str, confirmation: str | None
+def _judge(  # noqa: PLR0917 (one decision's six inputs)
+    runs: list[Run], svc: Service, rev: str, name: str, confirmation: str | None, before: str
 ) -> tuple[Verdict | None, list[Run], Record | None]:
     """The gates on run `name` (once it is complete), and the record of a new verdict (a
     Failed one names the run that will confirm it, `confirmation`, when there is one); the
     runs with that verdict in them, for the rest of the decision."""
     bench = svc.spec.benchmark
-    verdict = judge(runs, rev, bench.thresholds, bench.on_failure == "Rollback", name=name)
+    rollback = bench.on_failure == "Rollback"
+    verdict = judge(runs, rev, bench.thresholds, rollback, name=name, before=before)
     if verdict is None or verdict.to_record is None:
         return verdict, runs, None
     data = {VERDICT_KEY: verdict.to_record, VERDICT_FAILURES_KEY: "; ".join(verdict.failures)}
@@ -273,8 +276,12 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     # verdict that would roll back is confirmed first by a second run of the same revision
     # (one noisy run must not roll back a good revision): that run's verdict decides.
     rollback = bench.on_failure == "Rollback"
+    # what served before the revision, as its run recorded when it started: the baseline
+    # and the rollback target (not simply the newest passing run: a revert to an older one)
+    judged = observed_runs.get(name)
+    before = judged.served_before if judged is not None else ""
     verdict, runs, record = _judge(
-        list(observed.runs), svc, rev, name, confirm_name if rollback else None
+        list(observed.runs), svc, rev, name, confirm_name if rollback else None, before
     )
     records += [record] if record else []
     first = next((r for r in runs if r.name == name), None)
@@ -290,7 +297,7 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     if confirmation and verdict is not None:
         failed_first = verdict.failures
         measuring, token = confirm_name, confirm.rerun
-        verdict, runs, record = _judge(runs, svc, rev, confirm_name, None)
+        verdict, runs, record = _judge(runs, svc, rev, confirm_name, None, before)
         records += [record] if record else []
         if verdict is None:  # the confirmation has no verdict yet: no rollback until it has
             confirming_why = (
@@ -322,13 +329,15 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     records += superseded
     start = None
     if current is None and rollout_done:
-        start = Start(measuring, rev, token)
+        start = Start(measuring, rev, token, served_before=observed.previous_revision)
     elif current is not None and current.state == "Running" and job is None and rollout_done:
         start = Start(measuring, rev, token, resume=True)
     elif current is not None and job is not None and (ended := _ended(svc, job, current)):
         records.append(ended)
 
-    protect = {name, confirm_name} | ({target.name} if target is not None else set())
+    # the target a failure would roll back to is kept, whatever keepRuns says
+    due = target or rollback_target(runs, rev, before)
+    protect = {name, confirm_name} | ({due.name} if due is not None else set())
     return Plan(
         enabled=True,
         revision=rev,

@@ -37,10 +37,10 @@ from vllm_operator.apply import (
 from vllm_operator.benchmarking import carry_out
 from vllm_operator.gates import Run
 from vllm_operator.observe import observe
-from vllm_operator.observed import BenchView, Observed
+from vllm_operator.observed import BenchView, Observed, previous_revision
 from vllm_operator.policy import Plan, Start, decide, describe, restorable
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.benchmark import REVISION_LABEL, revision
+from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL, revision
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     render_deployment,
@@ -121,15 +121,19 @@ def render_children(
     )
 
 
-def with_revision(manifest: dict[str, Any]) -> dict[str, Any]:
+def with_revision(manifest: dict[str, Any], live: dict[str, Any] | None = None) -> dict[str, Any]:
     """A Deployment carries the revision of its pod template in an annotation (metadata
-    only: no rollout), so that observe() knows which revision a finished rollout is of."""
+    only: no rollout), so that observe() knows which revision a finished rollout is of, and
+    the revision rolled out before it (observed.previous_revision; `live`: the Deployment as
+    it is now): what a failure of this one rolls back to."""
     if manifest["kind"] != "Deployment":
         return manifest
     out = copy.deepcopy(manifest)
-    out["metadata"].setdefault("annotations", {})[REVISION_LABEL] = revision(
-        out["spec"]["template"]
-    )
+    rev = revision(out["spec"]["template"])
+    annotations = out["metadata"].setdefault("annotations", {})
+    annotations[REVISION_LABEL] = rev
+    if before := previous_revision(live, rev):
+        annotations[PREVIOUS_REVISION_ANNOTATION] = before
     return out
 
 
@@ -202,7 +206,7 @@ def _pipeline(
             REPLICAS_HELD_ANNOTATION
         ),
     )
-    desired = [with_revision(m) for m in rendered]
+    desired = [with_revision(m, seen.deployment) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}
 
     # what was refused: a child other than what serves (a refusal of what serves, or a

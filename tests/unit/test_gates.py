@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from vllm_operator.gates import FAILED, PASSED, Headline, Run, failures, judge, previous_passing
+from vllm_operator.gates import (
+    FAILED,
+    PASSED,
+    Headline,
+    Run,
+    baseline,
+    failures,
+    judge,
+    previous_passing,
+    rollback_target,
+)
 from vllm_operator.spec import BenchmarkThresholds
 
 
@@ -179,3 +189,39 @@ def test_tightened_thresholds_report_but_never_roll_back_a_revision_that_passed(
     assert v.failures == ("outputTokensPerSecond 60 < minimum 80",)
     assert v.rollback_to is None
     assert v.to_record is None
+
+
+def test_a_failure_rolls_back_to_what_served_before_it_not_the_newest_passing_run() -> None:
+    """Issue 19, item 5: A passes, B passes, A is rolled out again (measured already), C fails:
+    C's run recorded A as what served before it, and A is restored, not B."""
+    t = BenchmarkThresholds(min_output_tokens_per_second=50, max_throughput_regression_percent=5)
+    a, b = run("a", "t1", tps=100), run("b", "t2", tps=200)
+    c = run("c", "t3", verdict=None, tps=90)
+    v = judge([a, b, c], "c", t, rollback=True, before="a")
+    assert v is not None
+    assert v.rollback_to == a
+    # and the regression is against A's 100 (C's predecessor), not B's 200
+    assert v.failures == (
+        (
+            "outputTokensPerSecond 90 is 10.0% below the previous revision's 100 "
+            "(maximum regression 5%)"
+        ),
+    )
+    assert rollback_target([a, b, c], "c", "a") == a
+    assert baseline([a, b, c], "c", "a") == a
+    # not known (a run recorded before this): the newest passing run, as before
+    assert rollback_target([a, b, c], "c", "") == b
+    assert baseline([a, b, c], "c", "") == b
+
+
+def test_what_served_before_is_restored_only_when_it_did_not_fail() -> None:
+    a, c = run("a", "t1"), run("c", "t4", verdict=FAILED)
+    # B failed under Report and served on; C fails: not B, the newest passing run
+    b = run("b", "t2", verdict=FAILED)
+    assert rollback_target([a, b, c], "c", "b") == a
+    # B's run was superseded (no verdict): B, as it was recorded, is what served before C
+    b = Run("b", "svc-bench-b", "t2", "Failed", "{}", message="superseded")
+    assert rollback_target([a, b, c], "c", "b") == b
+    # no record of B at all (pruned, or never measured): the newest passing run
+    assert rollback_target([a, c], "c", "b") == a
+    assert rollback_target([a, c], "c", "c") == a  # never the failing revision itself

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.unit.builders import service
 from vllm_operator.gates import FAILED, PASSED, Run
-from vllm_operator.observed import JobState, Observed
+from vllm_operator.observed import JobState, Observed, previous_revision
 from vllm_operator.policy import (
     NO_RESULT,
     SUPERSEDED,
@@ -19,7 +19,12 @@ from vllm_operator.policy import (
     decide,
     runs_to_prune,
 )
-from vllm_operator.render.benchmark import REVISION_LABEL, revision, run_name
+from vllm_operator.render.benchmark import (
+    PREVIOUS_REVISION_ANNOTATION,
+    REVISION_LABEL,
+    revision,
+    run_name,
+)
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service
@@ -517,3 +522,40 @@ def test_a_revision_whose_run_was_superseded_is_measured_again_when_it_comes_bac
 def test_a_run_that_failed_otherwise_stays_the_revisions_verdict() -> None:
     failed = dataclasses.replace(superseded_run(), message="BackoffLimitExceeded: exit 1")
     assert decide(SVC, seen((failed,)), SETTINGS) == plan(rollout_done=True)
+
+
+# ---- the rollback target is what served before the failing revision (issue 19, item 5) -----
+
+
+def test_a_run_records_what_served_before_and_its_failure_restores_that() -> None:
+    dep = deployment()
+    dep["metadata"]["annotations"]["serving.vllm-operator.dev/previous-revision"] = "aaaaaaaaaa"
+    assert decide(SVC, seen(dep=dep), SETTINGS).start == Start(RUN, REV, served_before="aaaaaaaaaa")
+    # A (older) and B (newer) passed; A served again before this revision: A is restored
+    svc = with_spec(ROLLBACK)
+    old, a = good()
+    b = run("bbbbbbbbbb", verdict=PASSED, created="2030-01-01T00:03:00Z")
+    first, second = confirmed_failure()
+    first = dataclasses.replace(first, served_before=a.revision)
+    got = decide(svc, seen((a, b, first, second), dep=deployment(a.revision)), SETTINGS)
+    assert got.rollback_to == a
+    assert got.restored == svc.model_copy(update={"spec": old.spec})
+    # before the record says so (runs of an earlier version): the newest passing run
+    got = decide(svc, seen((a, b, *confirmed_failure())), SETTINGS)
+    assert got.rollback_to == b
+
+
+def test_the_deployment_names_the_revision_rolled_out_before_its_own() -> None:
+    """observed.previous_revision: what a failure of the revision rolls back to (issue 19,
+    item 5); a rollout that never finished served nothing, and a resync changes nothing."""
+    served = deployment("aaaaaaaaaa")
+    assert previous_revision(served, REV) == "aaaaaaaaaa"
+    assert previous_revision(served, "aaaaaaaaaa") == ""  # a resync: nothing known yet
+    served["metadata"]["annotations"][PREVIOUS_REVISION_ANNOTATION] = "bbbbbbbbbb"
+    assert previous_revision(served, "aaaaaaaaaa") == "bbbbbbbbbb"  # a resync keeps it
+    assert previous_revision(served, REV) == "aaaaaaaaaa"
+    halfway = deployment("aaaaaaaaaa", ready=False)  # its rollout had not finished
+    halfway["metadata"]["annotations"][PREVIOUS_REVISION_ANNOTATION] = "bbbbbbbbbb"
+    assert previous_revision(halfway, REV) == "bbbbbbbbbb"
+    assert previous_revision(halfway, "bbbbbbbbbb") == ""  # never itself
+    assert previous_revision(None, REV) == ""

@@ -1,6 +1,6 @@
 """The benchmark history across rollouts and reverts, through reconcile() against the
 in-memory API server (issue 19): a revision whose run was superseded is measured when it
-comes back (item 6)."""
+comes back (item 6), and a failure rolls back to what served before it (item 5)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
 from vllm_operator.observe import history
-from vllm_operator.policy import SUPERSEDED
+from vllm_operator.policy import SUPERSEDED, confirming
 from vllm_operator.reconcile import Outcome, reconcile
 from vllm_operator.render.benchmark import revision, run_name
 from vllm_operator.render.deployment import render_pod_template
@@ -84,3 +84,38 @@ def test_a_revision_whose_run_was_superseded_is_measured_when_it_comes_back() ->
         "Complete",
         60,
     )
+
+
+def test_a_confirmed_failure_restores_what_served_before_not_the_newest_passing_run() -> None:
+    """Item 5: A passes, B passes, the user reverts to A (measured already: no new run), C
+    rolls out and fails twice: A is restored (what served before C), not B."""
+    gates = {"onFailure": "Rollback", "thresholds": {"minOutputTokensPerSecond": 50}}
+    api = FakeApi(SETTINGS)
+    roll_to(api, 8, **gates)
+    publish(api, run_name(svc(8), rev(8)), 60)
+    reconciled(api)
+    roll_to(api, 16, **gates)
+    publish(api, run_name(svc(16), rev(16)), 70)
+    reconciled(api)
+    roll_to(api, 8, **gates)  # back to A
+    assert {r.revision: r.verdict for r in history(api, svc(8))} == {
+        rev(8): "Passed",
+        rev(16): "Passed",
+    }
+    roll_to(api, 32, **gates)  # C
+    c = svc(32, **gates)
+    first = run_name(c, rev(32))
+    publish(api, first, 10)
+    reconciled(api)  # failed: its confirmation starts
+    second = run_name(confirming(c), rev(32))
+    publish(api, second, 12)
+    outcome = reconciled(api)
+    assert outcome.rolled_back_to == rev(8)
+    assert revision(api.objects[DEP]["spec"]["template"]) == rev(8)
+    degraded = next(c for c in api.objects[PATH]["status"]["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "BenchmarkRollback")
+    assert f"rolled back to revision {rev(8)}" in degraded["message"]
+    # and it stays so on the next reconciles (the rolled-back Deployment names C before it)
+    rolled_out(api)
+    assert reconciled(api).rolled_back_to == rev(8)
+    assert revision(api.objects[DEP]["spec"]["template"]) == rev(8)

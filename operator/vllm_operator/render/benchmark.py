@@ -31,6 +31,10 @@ TARGET_UID_KEY = "targetPodUID"
 TARGET_IP_KEY = "targetPodIP"
 TARGET_PORT_KEY = "targetPort"
 TARGET_ANNOTATION = f"{GROUP}/target-pod"
+# on the Deployment: the revision rolled out before the one it runs now (observed.py); in a
+# run's record: that revision as the run started (what its failure rolls back to)
+PREVIOUS_REVISION_ANNOTATION = f"{GROUP}/previous-revision"
+SERVED_BEFORE_KEY = "servedBefore"
 RESULTS_DIR = "/results"
 # leave the runner time to write its partial results before the Job's deadline kills it
 RUNNER_DEADLINE_MARGIN_SECONDS = 30
@@ -99,9 +103,12 @@ def render_result_configmap(svc: Service, rev: str) -> dict[str, Any]:
     }
 
 
-def render_run_record(svc: Service, rev: str, target: Target | None = None) -> dict[str, Any]:
+def render_run_record(
+    svc: Service, rev: str, target: Target | None = None, served_before: str = ""
+) -> dict[str, Any]:
     """Created with the run, before the Job: the spec of the revision (what a rollback
-    restores, re-rendered and checked against `rev` first) and the pod the run measures. The
+    restores, re-rendered and checked against `rev` first), the pod the run measures, and the
+    revision that served before this one was rolled out (`served_before`). The
     operator later merges the verdict into it, and the state of a run it ended (superseded,
     no result, its pod gone)."""
     data = {SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True)}
@@ -112,6 +119,8 @@ def render_run_record(svc: Service, rev: str, target: Target | None = None) -> d
             TARGET_IP_KEY: target.ip,
             TARGET_PORT_KEY: str(target.port),
         }
+    if served_before:
+        data[SERVED_BEFORE_KEY] = served_before
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
