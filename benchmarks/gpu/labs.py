@@ -16,6 +16,14 @@ Parts (each writes WORK/results/PART.json, and is skipped when that file exists)
   lab2         Llama-3-8B fp16, max_model_len 2048: capacity, batching (serial vs 10
                concurrent, ladder to 32), streaming TTFT/TPOT; --rounds 3
   lab2-512     the same server settings with max_model_len 512: capacity and throughput
+  lab1-engine  TinyLlama at lab 1's engine settings (1024, 0.5, eager, block 16, prefix
+               caching) with its workload (--preset lab1): load time, KV capacity, batching
+  lab2-naive-fp16  transformers in fp16 on lab 2's prompts and 150 tokens, sequential
+  lab2-lab     Llama-3-8B as lab 2 ran it: 2048 at 0.90, --preset lab2 (150 tokens)
+  lab2-512-lab the same at max_model_len 512 with 100 tokens (--preset lab2-512)
+  rendered-pod the operator's rendered tinyllama container as rendered (rendered_pod.py):
+               this vLLM's parser on every sample, a control without the user-name env,
+               then as rendered (uid 65532, no passwd entry), timed to /health
 
 One vLLM server runs at a time, started in its own session (setsid) so that it outlives the
 device call that started it; a later part reuses it when it serves the same model with the
@@ -25,6 +33,7 @@ same settings, otherwise it is stopped and replaced. Server logs: WORK/logs/.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -34,6 +43,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +95,20 @@ def stop_server(work: Path) -> None:
     time.sleep(3)  # let the driver hand the GPU memory back
 
 
-def ensure_server(work: Path, name: str, max_model_len: int) -> dict[str, Any]:
+def ensure_server(
+    work: Path,
+    name: str,
+    max_model_len: int,
+    settings: dict[str, str] | None = None,
+    flags: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """`settings`: flags with values that replace LAB_SERVER's; `flags`: switches added."""
     model_dir = work / "models" / name
     args = ["--model", str(model_dir), "--served-model-name", name, "--port", str(PORT)]
     args += ["--max-model-len", str(max_model_len)]
-    for flag, value in LAB_SERVER.items():
+    for flag, value in {**LAB_SERVER, **(settings or {})}.items():
         args += [flag, value]
+    args += list(flags)
     state = work / "server.json"
     if state.exists():
         running = json.loads(state.read_text())
@@ -271,6 +289,111 @@ def lab2_512(work: Path) -> dict[str, Any]:
     return {"server": server, "runner": doc}
 
 
+# lab 1's engine settings (LLM(...) in its notebook): max_model_len 1024, 0.5 of the GPU,
+# eager mode (no CUDA graphs), block 16, prefix caching
+LAB1_ENGINE = {"--gpu-memory-utilization": "0.5"}
+LAB1_FLAGS = ("--enforce-eager", "--enable-prefix-caching")
+# lab 2 runs its server at 0.90 of the GPU
+LAB2_ENGINE = {"--gpu-memory-utilization": "0.90"}
+
+
+def lab1_engine(work: Path) -> dict[str, Any]:
+    """Lab 1 at its own engine settings with its own workload (--preset lab1): the engine's
+    load time (the server's start to /health) and KV capacity at 1024 / 0.5 / eager."""
+    server = ensure_server(work, "tinyllama", 1024, LAB1_ENGINE, LAB1_FLAGS)
+    doc = run_runner(
+        work,
+        "lab1-engine",
+        "tinyllama",
+        [
+            *("--preset", "lab1", "--scenarios", "capacity,batching,prefix,streaming"),
+            *("--max-duration-seconds", "240"),
+        ],
+    )
+    return {"server": server, "runner": doc}
+
+
+def lab2_lab(work: Path, part: str, max_model_len: int, preset: str) -> dict[str, Any]:
+    """Lab 2 as it ran: 0.90 of the GPU, its output lengths (--preset: 150 tokens at 2048, 100
+    at 512), ten requests one at a time and ten at once, streaming."""
+    server = ensure_server(work, "llama3-8b", max_model_len, LAB2_ENGINE)
+    doc = run_runner(
+        work,
+        part,
+        "llama3-8b",
+        [
+            *("--preset", preset, "--scenarios", "capacity,batching,streaming"),
+            *("--requests", "10", "--max-concurrency", "10", "--streaming-requests", "10"),
+            *("--max-duration-seconds", "240"),
+        ],
+    )
+    return {"server": server, "runner": doc}
+
+
+def lab2_naive_fp16(work: Path) -> dict[str, Any]:
+    """The naive baseline as the lab loads it (fp16) on lab 2's prompts and output length,
+    one request at a time: compared with vLLM's sequential phase (lab2-lab's serial)."""
+    stop_server(work)
+    from vllm_bench.presets import PRESETS  # noqa: PLC0415 - after sys.path is set
+
+    preset = PRESETS["lab2"]
+    texts = list(preset.prompts)[:6]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    cmd = [PY, "-m", "vllm_bench.naive", "--model-dir", str(work / "models" / "llama3-8b")]
+    cmd += ["--max-new-tokens", str(preset.output_tokens), "--device", "cuda"]
+    cmd += ["--dtype", "float16"]
+    log(f"naive: {shlex.join(cmd)}")
+    proc = subprocess.run(
+        cmd, input=json.dumps(texts), capture_output=True, text=True, env=env, check=True
+    )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    measured = result["samples"][1:]  # the first pays for the first kernel launches
+    rates = [s["outputTokens"] / s["latencySeconds"] for s in measured]
+    result["command"] = shlex.join(cmd)
+    result["warmupDiscarded"] = 1
+    result["outputTokensPerSecond"] = statistics.median(rates)
+    result["secondsPerRequest"] = statistics.median(s["latencySeconds"] for s in measured)
+    result["spread"] = {"min": min(rates), "median": statistics.median(rates), "max": max(rates)}
+    return result
+
+
+# what the operator adds to the vLLM container's env so that torch < 2.13 starts as a uid
+# without a passwd entry (issue 19, item 1): left out of the control run
+POD_USER_ENV = ("USER", "LOGNAME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def rendered_pod(work: Path) -> dict[str, Any]:
+    """The tinyllama sample's rendered container (benchmarks/gpu/rendered-samples.json, made
+    by `rendered_pod.py render`) as rendered, on this host's vLLM: every sample's args through
+    this vLLM's parser; a control run without the user-name env (torch 2.11 here); the
+    container as rendered, timed to /health and one completion."""
+    stop_server(work)  # the GPU memory and port 8000
+    script = REPO / "benchmarks" / "gpu" / "rendered_pod.py"
+    rendered = REPO / "benchmarks" / "gpu" / "rendered-samples.json"
+    out = work / "results" / "rendered-pod"
+    out.mkdir(parents=True, exist_ok=True)
+    model = str(work / "models" / "tinyllama")
+    subprocess.run([PY, str(script), "parse", str(rendered), str(out / "parse.json")], check=True)
+    control = [f"--without={name}" for name in POD_USER_ENV]
+    runs = {
+        "control": [*control, "--budget", "240"],
+        "rendered": ["--budget", "420"],
+    }
+    for name, extra in runs.items():
+        cmd = [
+            PY,
+            str(script),
+            "start",
+            str(rendered),
+            "tinyllama",
+            model,
+            str(out / f"{name}.json"),
+        ]
+        log(f"rendered pod ({name}): {shlex.join(cmd + extra)}")
+        subprocess.run([*cmd, *extra], check=True)
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in ("parse", *runs)}
+
+
 def vs_upstream(work: Path) -> Any:
     """benchmarks/vs_vllm_rounds.py against the TinyLlama server: both tools in one process
     (vLLM imported once), the same prompts, interleaved rounds, and a third arm: `vllm bench
@@ -297,13 +420,20 @@ def vs_upstream(work: Path) -> Any:
     return {"server": server, **doc, "labsCommand": shlex.join(cmd)}
 
 
-PARTS = {
+PARTS: dict[str, Callable[[Path], Any]] = {
     "lab1-before": lab1_before,
     "lab1": lab1,
     "vs-upstream": vs_upstream,
     "lab2-naive": lab2_naive,
     "lab2": lab2,
     "lab2-512": lab2_512,
+    "lab1-engine": lab1_engine,
+    "rendered-pod": rendered_pod,
+    "lab2-naive-fp16": lab2_naive_fp16,
+    "lab2-lab": functools.partial(lab2_lab, part="lab2-lab", max_model_len=2048, preset="lab2"),
+    "lab2-512-lab": functools.partial(
+        lab2_lab, part="lab2-512-lab", max_model_len=512, preset="lab2-512"
+    ),
 }
 
 

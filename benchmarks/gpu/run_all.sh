@@ -65,7 +65,8 @@ fi
 models_built() { for m in $MODELS; do [ -f "$WORK/models/$m/build.json" ] || return 1; done; }
 
 # 4. lab parts: name and estimate in seconds (server start included the first time)
-parts=("lab2-naive 120" "lab1 300" "lab1-before 60" "vs-upstream 240" "lab2 330" "lab2-512 200")
+parts=("lab2-naive 120" "lab2-naive-fp16 120" "lab1 300" "lab1-before 60" "vs-upstream 240"
+  "lab2 330" "lab2-512 200" "rendered-pod 330" "lab1-engine 200" "lab2-512-lab 240" "lab2-lab 300")
 if [ -n "${PARTS:-}" ]; then
   chosen=()
   for p in "${parts[@]}"; do
@@ -78,7 +79,7 @@ for p in "${parts[@]}"; do
     set -- $p
     name=$1 estimate=$2
     [ -f "$WORK/results/$name.json" ] && continue
-    if [ "$name" != "lab2-naive" ] && ! "$PY" -c 'import vllm' 2>/dev/null; then continue; fi
+    case $name in lab2-naive*) ;; *) if ! "$PY" -c 'import vllm' 2>/dev/null; then continue; fi ;; esac
     models_built || continue
     if [ "$(left)" -lt "$estimate" ]; then say "not starting $name: $(left) s left, it needs ~$estimate s"; continue; fi
     say "part $name"

@@ -21,7 +21,7 @@ from typing import Any
 
 
 def generate_all(
-    model_dir: str, prompts: list[str], max_new_tokens: int, device: str
+    model_dir: str, prompts: list[str], max_new_tokens: int, device: str, dtype: str = "float16"
 ) -> dict[str, Any]:
     import torch  # noqa: PLC0415 - only the naive subprocess has torch
     import transformers  # noqa: PLC0415
@@ -31,7 +31,10 @@ def generate_all(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device).eval()
+    # the lab loads the checkpoint in fp16 (torch_dtype=torch.float16); "auto" keeps the
+    # checkpoint's own dtype, "float32" what transformers loaded by default before v5
+    torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(device).eval()
     load_seconds = time.perf_counter() - t0
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     samples = []
@@ -60,6 +63,7 @@ def generate_all(
     return {
         "loadSeconds": round(load_seconds, 3),
         "device": device,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "torchVersion": torch.__version__,
         "transformersVersion": transformers.__version__,
         "samples": samples,
@@ -71,11 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True, help="the model's weights on local disk")
     parser.add_argument("--max-new-tokens", type=int, required=True)
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    parser.add_argument(
+        "--dtype",
+        default="float16",
+        choices=("float16", "bfloat16", "float32", "auto"),
+        help="the weights' dtype on the device (default float16, as the lab loads them)",
+    )
     args = parser.parse_args(argv)
     prompts = json.load(sys.stdin)
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         parser.error("stdin must be a JSON list of prompt strings")
-    result = generate_all(args.model_dir, prompts, args.max_new_tokens, args.device)
+    result = generate_all(args.model_dir, prompts, args.max_new_tokens, args.device, args.dtype)
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 

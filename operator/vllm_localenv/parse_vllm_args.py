@@ -22,13 +22,27 @@ from pathlib import Path
 from typing import Any
 
 from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
-from vllm.entrypoints.launchers.cli_args import (  # type: ignore[import-not-found]
-    make_arg_parser,
-    validate_parsed_serve_args,
-)
-from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
 
 import vllm  # type: ignore[import-not-found]
+
+# where the server's parser lives moved between the supported versions (docs/versioning.md):
+# 0.32 has vllm.entrypoints.launchers.cli_args, earlier ones vllm.entrypoints.openai.cli_args
+try:
+    from vllm.entrypoints.launchers.cli_args import (  # type: ignore[import-not-found]
+        make_arg_parser,
+        validate_parsed_serve_args,
+    )
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import (  # type: ignore[import-not-found]
+        make_arg_parser,
+        validate_parsed_serve_args,
+    )
+try:
+    from vllm.utils.argparse_utils import (  # type: ignore[import-not-found]
+        FlexibleArgumentParser,
+    )
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser  # type: ignore[import-not-found]
 
 
 def _jsonable(value: Any) -> Any:
