@@ -4,6 +4,13 @@ the memory-bandwidth roofline; then the runner before/after its GPU-rate default
 runner against `vllm bench serve`.
 
     python benchmarks/gpu/report.py RESULTS_DIR > benchmarks/gpu/results/REPORT.md
+    python benchmarks/gpu/report.py RESULTS_DIR --plots
+
+--plots draws the labs' charts with the runner's report (vllm_bench.report) instead: every
+part's own plots into RESULTS_DIR/PART/ (serial vs concurrent, the concurrent requests with
+the wall time, prefix cold vs warm, ...), and the two that compare parts into
+RESULTS_DIR/lab2/: naive_vs_vllm_per_request.png (lab2-naive against lab2's serial phase)
+and max_model_len.png (lab2 against lab2-512).
 
 RESULTS_DIR holds what benchmarks/gpu/run_all.sh packed (results/*.json, results/*/result.json).
 Roofline: 4.24 TB/s device-to-device copy bandwidth measured on the H200 (GPU.md), weights
@@ -18,6 +25,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 
 ROOFLINE = {"tinyllama": 1927.0, "llama3-8b": 264.0}
 # the reference labs' own figures (Llama-3-8B fp16 on an unnamed 24 GB GPU)
@@ -315,8 +324,41 @@ def commands(results: Path) -> list[str]:
     return lines
 
 
+def write_lab_plots(results: Path) -> list[Path]:
+    """The labs' charts from the results, drawn by the runner's report."""
+    from vllm_bench import report  # noqa: PLC0415 - matplotlib only for --plots
+
+    written: list[Path] = []
+    runs = {}
+    for part in ("lab1-before", "lab1", "lab2", "lab2-512"):
+        doc = load(results, part)
+        if doc and doc.get("runner"):
+            runs[part] = doc["runner"]
+            written += report.write_plots(doc["runner"], results / part)
+    naive = load(results, "lab2-naive")
+    if naive and "lab2" in runs:
+        fig = report.plot_naive_vs_vllm_per_request(naive, runs["lab2"])
+        if fig is not None:
+            written.append(
+                report.save_figure(fig, results / "lab2" / "naive_vs_vllm_per_request.png")
+            )
+    lengths = {
+        f"max_model_len {doc.get('environment', {}).get('maxModelLen')}": doc
+        for part, doc in runs.items()
+        if part in ("lab2", "lab2-512")
+    }
+    fig = report.plot_context_lengths(lengths)
+    if fig is not None:
+        written.append(report.save_figure(fig, results / "lab2" / "max_model_len.png"))
+    return written
+
+
 def main() -> None:
     results = Path(sys.argv[1])
+    if "--plots" in sys.argv[2:]:
+        for path in write_lab_plots(results):
+            print(path)
+        return
     versions = load(results, "lab1") or load(results, "lab2") or {}
     server = versions.get("server", {})
     lines = [

@@ -247,6 +247,245 @@ def plot_naive(doc: dict[str, Any]) -> Figure | None:
     return fig
 
 
+def _first_round(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples of the first round (all of them in a run of one round)."""
+    first = min((s.get("round", 1) for s in samples), default=1)
+    return [s for s in samples if s.get("round", 1) == first]
+
+
+def _phase_wall_seconds(samples: list[dict[str, Any]], phase: str) -> float | None:
+    """A phase's wall time, first send to last completion, median over the rounds."""
+    walls = []
+    for r in sorted({s.get("round", 1) for s in samples if s["phase"] == phase}):
+        mine = [s for s in samples if s["phase"] == phase and s.get("round", 1) == r]
+        walls.append(
+            max(s["startSeconds"] + s["latencySeconds"] for s in mine)
+            - min(s["startSeconds"] for s in mine)
+        )
+    return sorted(walls)[len(walls) // 2] if walls else None
+
+
+def _label_bars(ax: Any, bars: Any, fmt: str) -> None:
+    for bar in bars:
+        ax.annotate(
+            fmt.format(bar.get_height()),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
+    ax.margins(y=0.15)
+
+
+def plot_serial_vs_concurrent(doc: dict[str, Any]) -> Figure | None:
+    """The lab's first chart: the same requests one after another and all at once, as wall
+    time and as output tokens/s."""
+    batching = doc.get("scenarios", {}).get("batching", {})
+    summary, samples = batching.get("summary", {}), batching.get("samples", [])
+    rates = [
+        summary.get("serialOutputTokensPerSecond"),
+        summary.get("concurrentOutputTokensPerSecond"),
+    ]
+    walls = [_phase_wall_seconds(samples, p) for p in ("serial", "concurrent")]
+    if None in rates or None in walls:
+        return None
+    n = len(_first_round([s for s in samples if s["phase"] == "concurrent"]))
+    names = ["serial\n(one at a time)", f"concurrent\n({n} at once)"]
+    colours = [PHASE_COLOURS["serial"], PHASE_COLOURS["concurrent"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.2))
+    _label_bars(left, left.bar(names, walls, color=colours), "{:.2f} s")
+    left.set(ylabel="wall time (s)", title=f"Wall time for {n} requests")
+    _label_bars(right, right.bar(names, rates, color=colours), "{:,.0f}")
+    right.set(ylabel="output tokens/s", title="Output throughput")
+    rounds = len({s.get("round", 1) for s in samples})
+    tokens = doc.get("config", {}).get("outputTokens")
+    speedup = summary.get("speedupOverSerial")
+    fig.suptitle(
+        "Serial vs concurrent"
+        + (f": {speedup:.1f}x the throughput" if speedup else "")
+        + (f", {tokens} tokens out each" if tokens else "")
+        + (f" (median of {rounds} rounds)" if rounds > 1 else "")
+    )
+    return fig
+
+
+def plot_concurrent_requests(doc: dict[str, Any]) -> Figure | None:
+    """Each request of the concurrent phase (its first round) as a horizontal bar from its
+    send to its last token, time to first token darker, and the phase's wall time."""
+    samples = _first_round([s for s in _samples(doc, "batching") if s["phase"] == "concurrent"])
+    if not samples:
+        return None
+    samples = sorted(samples, key=lambda s: s["index"])
+    fig, ax = plt.subplots(figsize=(8, max(3.0, 0.3 * len(samples) + 1.5)))
+    ys = [s["index"] for s in samples]
+    starts = [s["startSeconds"] for s in samples]
+    ax.barh(
+        ys,
+        [s["latencySeconds"] for s in samples],
+        left=starts,
+        color="tab:orange",
+        label="send to last token",
+    )
+    ttfts = [s.get("ttftSeconds") or 0.0 for s in samples]
+    ax.barh(ys, ttfts, left=starts, color="saddlebrown", label="time to first token")
+    wall = max(s["startSeconds"] + s["latencySeconds"] for s in samples) - min(starts)
+    ax.axvline(wall, color="black", linestyle="--", label=f"wall time {wall:.2f} s")
+    batching = _samples(doc, "batching")
+    serial = [s["latencySeconds"] for s in _first_round(batching) if s["phase"] == "serial"]
+    rounds = len({s.get("round", 1) for s in batching})
+    title = f"{len(samples)} requests at once: {wall:.2f} s in all"
+    if serial:
+        title += f" (one after another: {sum(serial):.2f} s)"
+    ax.set_title(title + (f"\nround 1 of {rounds}" if rounds > 1 else ""))
+    ax.set(xlabel="time since the first request was sent (s)", ylabel="request")
+    ax.set_yticks(ys, [str(y) for y in ys] if len(ys) <= 32 else None)
+    ax.invert_yaxis()
+    ax.set_xlim(left=0, right=wall * 1.5)  # the legend goes in the room right of the bars
+    ax.legend(loc="center right", fontsize="small")
+    return fig
+
+
+def plot_cold_vs_warm(doc: dict[str, Any]) -> Figure | None:
+    """The prefix cache as the lab shows it: TTFT p50 with the shared prefix not cached
+    (cold) and cached (warm), and reordered (the same parts in another order: no hits)."""
+    summary = doc.get("scenarios", {}).get("prefix", {}).get("summary", {})
+    phases = [
+        (name, summary.get(key))
+        for name, key in (
+            ("cold", "coldTtftP50Seconds"),
+            ("warm", "warmTtftP50Seconds"),
+            ("reordered", "reorderedTtftP50Seconds"),
+        )
+        if summary.get(key) is not None
+    ]
+    if len(phases) < 2 or phases[0][0] != "cold" or phases[1][0] != "warm":
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    names = {"cold": "cold", "warm": "warm", "reordered": "reordered\n(same parts, other order)"}
+    bars = ax.bar(
+        [names[n] for n, _ in phases],
+        [v * 1000 for _, v in phases],
+        color=[PHASE_COLOURS[n] for n, _ in phases],
+    )
+    _label_bars(ax, bars, "{:.1f} ms")
+    tokens = summary.get("promptTokens")
+    speedup, hits = summary.get("ttftSpeedup"), summary.get("hitRate")
+    notes = [f"warm hit rate {hits:.1%}"] if hits is not None else []
+    if isinstance(tokens, int):
+        notes.append(f"{tokens:,} prompt tokens")
+    ax.set(
+        ylabel="time to first token, p50 (ms)",
+        title="Prefix cache: cold vs warm"
+        + (f", {speedup:.2f}x faster warm" if speedup else "")
+        + (f"\n({', '.join(notes)})" if notes else ""),
+    )
+    return fig
+
+
+# --- plots across runs (benchmarks/gpu/report.py draws the labs' with them) ---------------
+
+
+def plot_naive_vs_vllm_per_request(naive: dict[str, Any], doc: dict[str, Any]) -> Figure | None:
+    """Lab 2's per-request bars: transformers generate() one request at a time (a
+    `vllm_bench.naive` result: its samples, the first `warmupDiscarded` left out) against the
+    same number of vLLM requests one at a time (the batching scenario's serial phase)."""
+    skip = int(naive.get("warmupDiscarded") or 0)
+    slow = naive.get("samples", [])[skip:]
+    fast = sorted(
+        _first_round([s for s in _samples(doc, "batching") if s["phase"] == "serial"]),
+        key=lambda s: s["index"],
+    )[: len(slow)]
+    if not slow or not fast:
+        return None
+    n = min(len(slow), len(fast))
+    slow, fast = slow[:n], fast[:n]
+    xs = list(range(1, n + 1))
+    width = 0.38
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for offset, samples, colour, name in (
+        (-width / 2, slow, "tab:grey", "transformers generate()"),
+        (width / 2, fast, "tab:green", "vLLM"),
+    ):
+        rate = sorted(s["outputTokens"] / s["latencySeconds"] for s in samples)[len(samples) // 2]
+        bars = ax.bar(
+            [x + offset for x in xs],
+            [s["latencySeconds"] for s in samples],
+            width,
+            color=colour,
+            label=f"{name}: {rate:,.0f} tok/s (median)",
+        )
+        _label_bars(ax, bars, "{:.2f} s")
+    tokens = sorted({int(s["outputTokens"]) for s in [*slow, *fast]})
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set(
+        xlabel="request (one at a time)",
+        ylabel="latency (s)",
+        title=f"Naive vs vLLM, per request ({'/'.join(map(str, tokens))} tokens out each)",
+    )
+    ax.legend()
+    return fig
+
+
+def plot_context_lengths(docs: dict[str, dict[str, Any]]) -> Figure | None:
+    """Lab 2's comparison of max_model_len settings: for each run (label -> result), the
+    output tokens/s of the concurrent phase and at the ladder's knee, and the concurrent
+    phase's wall time."""
+    rows = []
+    for label, doc in docs.items():
+        batching = doc.get("scenarios", {}).get("batching", {})
+        s, samples = batching.get("summary", {}), batching.get("samples", [])
+        wall = _phase_wall_seconds(samples, "concurrent")
+        if s.get("concurrentOutputTokensPerSecond") is None or wall is None:
+            continue
+        n = len(_first_round([x for x in samples if x["phase"] == "concurrent"]))
+        out = doc.get("config", {}).get("outputTokens")
+        fit = doc.get("scenarios", {}).get("capacity", {}).get("summary", {})
+        notes = [f"{out} tokens out"] if out else []
+        if fit.get("maxConcurrencyAtMaxModelLen"):
+            notes.append(f"{fit['maxConcurrencyAtMaxModelLen']:,} sequences fit")
+        rows.append((label, s, wall, n, "\n".join(notes)))
+    if len(rows) < 2:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.5))
+    xs = list(range(len(rows)))
+    width = 0.38
+    conc = [r[1]["concurrentOutputTokensPerSecond"] for r in rows]
+    knee_rates = [r[1].get("kneeOutputTokensPerSecond") or 0.0 for r in rows]
+    _label_bars(
+        left,
+        left.bar(
+            [x - width / 2 for x in xs],
+            conc,
+            width,
+            color="tab:orange",
+            label=f"{rows[0][3]} at once",
+        ),
+        "{:,.0f}",
+    )
+    knees = sorted({str(r[1].get("kneeConcurrency")) for r in rows})
+    _label_bars(
+        left,
+        left.bar(
+            [x + width / 2 for x in xs],
+            knee_rates,
+            width,
+            color="tab:purple",
+            label=f"at the ladder's knee ({' / '.join(knees)} at once)",
+        ),
+        "{:,.0f}",
+    )
+    names = [f"{r[0]}\n{r[4]}" if r[4] else r[0] for r in rows]
+    left.set_xticks(xs, names)
+    left.set(ylabel="output tokens/s", title="Throughput")
+    left.set_ylim(top=max([*conc, *knee_rates]) * 1.4)
+    left.legend(loc="upper left", fontsize="small")
+    _label_bars(right, right.bar(names, [r[2] for r in rows], color="tab:orange"), "{:.2f} s")
+    right.set(ylabel="wall time (s)", title=f"Wall time of {rows[0][3]} requests at once")
+    fig.suptitle("max_model_len: throughput and wall time")
+    return fig
+
+
 PLOTS: dict[str, Callable[[dict[str, Any]], Figure | None]] = {
     "latency_per_request.png": plot_latency_per_request,
     "throughput_vs_concurrency.png": plot_throughput_vs_concurrency,
@@ -254,6 +493,9 @@ PLOTS: dict[str, Callable[[dict[str, Any]], Figure | None]] = {
     "prefix_ttft.png": plot_prefix_ttft,
     "token_timeline.png": plot_token_timeline,
     "naive_vs_vllm.png": plot_naive,
+    "serial_vs_concurrent.png": plot_serial_vs_concurrent,
+    "concurrent_requests.png": plot_concurrent_requests,
+    "cold_vs_warm.png": plot_cold_vs_warm,
 }
 
 
@@ -263,13 +505,17 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     written = []
     for filename, make in PLOTS.items():
         fig = make(doc)
-        if fig is None:
-            continue
-        fig.tight_layout()
-        fig.savefig(out_dir / filename, dpi=110)
-        plt.close(fig)
-        written.append(out_dir / filename)
+        if fig is not None:
+            written.append(save_figure(fig, out_dir / filename))
     return written
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Writes one plot as PNG and frees it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # --- HTML ---------------------------------------------------------------------------------

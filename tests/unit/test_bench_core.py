@@ -632,10 +632,13 @@ def test_report_from_a_document(tmp_path: Path) -> None:
     )
     plots = write_plots(doc, tmp_path)
     assert sorted(p.name for p in plots) == [
+        "cold_vs_warm.png",
+        "concurrent_requests.png",
         "latency_per_request.png",
         "naive_vs_vllm.png",
         "prefix_ttft.png",
         "queue_depth.png",
+        "serial_vs_concurrent.png",
         "throughput_vs_concurrency.png",
         "token_timeline.png",
     ]
@@ -643,7 +646,7 @@ def test_report_from_a_document(tmp_path: Path) -> None:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert p.stat().st_size > 5000
     page = write_html(doc, tmp_path, plots).read_text()
-    assert page.count("data:image/png;base64,") == 6
+    assert page.count("data:image/png;base64,") == 9
     assert "&lt;no torch&gt;" in page  # escaped
     assert "kvCacheTokens" in page
     titles = [str(t.title) for t in summary_tables(doc)]
@@ -654,6 +657,7 @@ def test_report_skips_plots_without_data(tmp_path: Path) -> None:
     doc = synthetic_document()
     del doc["scenarios"]["batching"], doc["scenarios"]["naive"]
     assert sorted(p.name for p in write_plots(doc, tmp_path)) == [
+        "cold_vs_warm.png",
         "prefix_ttft.png",
         "token_timeline.png",
     ]
