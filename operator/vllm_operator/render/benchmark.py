@@ -5,6 +5,7 @@ decides (the revision's spec, what a rollback restores, and the verdict of the g
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -194,6 +195,27 @@ def runner_args(
     ]
 
 
+def placement(svc: Service) -> dict[str, Any]:
+    """Where the Job's pod may run and pull from: the server's nodeSelector, tolerations (with
+    the GPU taint's, as the server's pods get it) and imagePullSecrets. Without them, on a
+    cluster of tainted GPU nodes only, behind a node selector, or with the runner image in a
+    private registry, the Job never starts and the run times out. Not the affinity (it may
+    name the server's own pods), the priority or the runtime class: the Job needs no GPU."""
+    spec = svc.spec
+    out: dict[str, Any] = {}
+    if spec.node_selector:
+        out["nodeSelector"] = dict(spec.node_selector)
+    tolerations = [copy.deepcopy(t) for t in spec.tolerations]
+    gpu = spec.resources.gpu_resource_name
+    if not spec.resources.on_cpu and not any(t.get("key") == gpu for t in tolerations):
+        tolerations.append({"key": gpu, "operator": "Exists", "effect": "NoSchedule"})
+    if tolerations:
+        out["tolerations"] = tolerations
+    if spec.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    return out
+
+
 def render_job(
     svc: Service, settings: OperatorSettings, rev: str, target: Target | None = None
 ) -> dict[str, Any]:
@@ -265,6 +287,7 @@ def render_job(
                         "runAsGroup": 65532,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
+                    **placement(svc),
                     "containers": [container],
                     "volumes": [
                         {"name": "results", "emptyDir": {}},
