@@ -9,7 +9,14 @@ from typing import Any
 from vllm_operator.apply import Writer, written_generation
 from vllm_operator.benchresult import RUN_STATES, clip, read_job_report
 from vllm_operator.gates import CONFIRMATION_KEY, Run
-from vllm_operator.observed import JobState, Observed, PodProblem, pod_problems, rolled_out
+from vllm_operator.observed import (
+    MESSAGE_TAIL,
+    JobState,
+    Observed,
+    PodProblem,
+    pod_problems,
+    rolled_out,
+)
 from vllm_operator.render.benchmark import (
     COMPONENT,
     MESSAGE_KEY,
@@ -38,18 +45,24 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
     if svc.spec.autoscaling.enabled:
         hpa = writer.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
     problems: tuple[PodProblem, ...] = ()
+    waiting: tuple[PodProblem, ...] = ()
     if deployment is not None:
         ready = deployment.get("status", {}).get("readyReplicas", 0)
         wanted = deployment.get("spec", {}).get("replicas", 0)
         if ready < wanted:  # only look at pods when something is missing
             selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
-            problems = pod_problems(writer.list_children("v1", "Pod", svc.namespace, selector))
+            problems, waiting = pod_problems(
+                writer.list_children("v1", "Pod", svc.namespace, selector)
+            )
     jobs: tuple[JobState, ...] = ()
     runs: tuple[Run, ...] = ()
     if svc.spec.benchmark.enabled:
         # the Jobs before the history: a Job seen finished has published its result (the
         # runner publishes before it exits), so the history read after it has the result
-        jobs = tuple(job_state(j, writer.generation_annotation) for j in _jobs(writer, svc))
+        jobs = tuple(
+            job_state(j, writer.generation_annotation, _failed_pods(writer, svc, j))
+            for j in _jobs(writer, svc)
+        )
         runs = tuple(history(writer, svc))
     pods = None
     if deployment is not None and svc.spec.benchmark.enabled and _measuring(deployment, runs):
@@ -59,6 +72,7 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
         deployment=deployment,
         hpa=hpa,
         pod_problems=problems,
+        pods_waiting=waiting,
         # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are
         # served; elsewhere the status says so (Monitoring=False)
         monitoring_crds=writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),
@@ -82,6 +96,16 @@ def _measuring(deployment: dict[str, Any], runs: tuple[Run, ...]) -> bool:
 
 def _owned(obj: dict[str, Any], svc: Service) -> bool:
     return any(o.get("uid") == svc.uid for o in obj["metadata"].get("ownerReferences", []))
+
+
+def _failed_pods(writer: Writer, svc: Service, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A failed Job's pods (their last exit says why), read only once the Job has failed."""
+    conditions = job.get("status", {}).get("conditions", [])
+    if not any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
+        return []
+    # the service's label first: its pods are in the watch cache (no request)
+    selector = f"{SERVICE_LABEL}={svc.name},job-name={job['metadata']['name']}"
+    return writer.list_children("v1", "Pod", svc.namespace, selector)
 
 
 def _jobs(writer: Writer, svc: Service) -> list[dict[str, Any]]:
@@ -142,7 +166,27 @@ def history(writer: Writer, svc: Service) -> list[Run]:
     return sorted(runs, key=lambda r: r.created)
 
 
-def job_state(job: dict[str, Any], generation_annotation: str = "") -> JobState:
+def pod_exit(pods: list[dict[str, Any]]) -> str:
+    """The newest failed container exit of a Job's pods: its code, reason and message (the
+    runner's own words, e.g. argparse's `unrecognized arguments: --URL=...`); "" if none."""
+    exits = []
+    for pod in pods:
+        for cs in pod.get("status", {}).get("containerStatuses", []):
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                done = state.get("terminated") or {}
+                if done and done.get("exitCode", 0) != 0:
+                    exits.append((str(done.get("finishedAt") or ""), pod["metadata"]["name"], done))
+    if not exits:
+        return ""
+    _, name, done = max(exits, key=lambda e: e[0])
+    text = f"pod {name} exited with code {done.get('exitCode')} ({done.get('reason') or 'Error'})"
+    message = str(done.get("message") or "").strip()
+    return f"{text}: {message[-MESSAGE_TAIL:]}" if message else text
+
+
+def job_state(
+    job: dict[str, Any], generation_annotation: str = "", pods: list[dict[str, Any]] | None = None
+) -> JobState:
     st = job.get("status", {})
     failed = next(
         (
@@ -157,7 +201,11 @@ def job_state(job: dict[str, Any], generation_annotation: str = "") -> JobState:
         active=bool(st.get("active")),
         succeeded=bool(st.get("succeeded")),
         failed_reason=failed.get("reason", "Failed") if failed else None,
-        failed_message=failed.get("message", "") if failed else "",
+        failed_message=(
+            "; ".join(m for m in (failed.get("message", ""), pod_exit(pods or [])) if m)
+            if failed
+            else ""
+        ),
         revision=(job["metadata"].get("labels") or {}).get(REVISION_LABEL, ""),
         generation=written_generation(job, generation_annotation) if generation_annotation else 0,
     )

@@ -3,6 +3,7 @@ Kept apart from observe.py so that status.py (pure) can use them without the cli
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,9 @@ class Observed:
     deployment: dict[str, Any] | None
     hpa: dict[str, Any] | None = None
     pod_problems: tuple[PodProblem, ...] = field(default_factory=tuple)
+    # pods the scheduler could not place yet, within UNSCHEDULABLE_GRACE of their creation:
+    # a rollout in progress (maxSurge 0 on a full node waits for the old pod), not Degraded
+    pods_waiting: tuple[PodProblem, ...] = field(default_factory=tuple)
     # the Prometheus Operator's CRDs are served (its objects can be applied)
     monitoring_crds: bool = False
     # the benchmark history (gates.Run, oldest first) and the runs' Jobs, when enabled
@@ -97,19 +101,79 @@ def rolled_out(deployment: dict[str, Any]) -> bool:
     )
 
 
-def pod_problems(pods: list[dict[str, Any]]) -> tuple[PodProblem, ...]:
-    problems = []
+# an unschedulable pod is a rollout in progress for this long after its creation, beyond the
+# longest termination grace period of the service's pods: with maxSurge 0 on a full node the
+# new pod waits for the old one to stop, and the scheduler retries it only afterwards (its
+# PodScheduled=False stays until then)
+UNSCHEDULABLE_GRACE = 60.0
+# a termination message quoted in the status at most this long (its end: the error)
+MESSAGE_TAIL = 400
+
+
+def _age(pod: dict[str, Any], now: dt.datetime) -> float | None:
+    created = pod.get("metadata", {}).get("creationTimestamp")
+    if not created:
+        return None
+    try:
+        stamp = dt.datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (now - stamp).total_seconds()
+
+
+def _crashed(cs: dict[str, Any]) -> PodProblem | None:
+    """A container that is not ready and whose last run ended in failure: a crash loop,
+    also while the kubelet has just restarted it (state running, not ready yet), with the
+    last exit's code, reason and message (the end of the log: FallbackToLogsOnError)."""
+    last = (cs.get("lastState") or {}).get("terminated") or {}
+    if cs.get("ready") or not last or last.get("exitCode", 0) == 0:
+        return None
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    reason = waiting.get("reason") if waiting.get("reason") in BAD_WAITING else "CrashLoopBackOff"
+    restarts = int(cs.get("restartCount") or 0)
+    message = f"container {cs.get('name')} exited with code {last.get('exitCode')}"
+    message += f" ({last.get('reason') or 'Error'}), restarted {restarts} times"
+    tail = str(last.get("message") or "").strip()
+    if tail:
+        message += ": " + tail[-MESSAGE_TAIL:]
+    return PodProblem("", str(reason), message)
+
+
+def pod_problems(
+    pods: list[dict[str, Any]], now: dt.datetime | None = None
+) -> tuple[tuple[PodProblem, ...], tuple[PodProblem, ...]]:
+    """(problems, waiting): what keeps the service's pods from coming up without a change,
+    and the pods the scheduler has not placed yet within their grace (see
+    UNSCHEDULABLE_GRACE); `now`: the time the pods were read."""
+    now = now or dt.datetime.now(dt.UTC)
+    grace = UNSCHEDULABLE_GRACE + max(
+        (int(p.get("spec", {}).get("terminationGracePeriodSeconds") or 30) for p in pods),
+        default=30,
+    )
+    problems: list[PodProblem] = []
+    waiting: list[PodProblem] = []
     for pod in pods:
         name = pod["metadata"]["name"]
         status = pod.get("status", {})
+        if status.get("phase") in ("Failed", "Succeeded"):
+            continue  # a finished pod (evicted, its node gone) is replaced, not in the way
         for cond in status.get("conditions", []):
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                problems.append(PodProblem(name, "Unschedulable", cond.get("message", "")))
+                problem = PodProblem(name, "Unschedulable", cond.get("message", ""))
+                age = _age(pod, now)
+                in_grace = age is not None and age < grace
+                (waiting if in_grace else problems).append(problem)
         for cs in status.get("containerStatuses", []):
-            waiting = cs.get("state", {}).get("waiting") or {}
-            if waiting.get("reason") in BAD_WAITING:
-                problems.append(PodProblem(name, waiting["reason"], waiting.get("message", "")))
-    return tuple(problems)
+            crashed = _crashed(cs)
+            if crashed is not None:
+                problems.append(PodProblem(name, crashed.reason, crashed.message))
+                continue
+            state_waiting = cs.get("state", {}).get("waiting") or {}
+            if state_waiting.get("reason") in BAD_WAITING:
+                problems.append(
+                    PodProblem(name, state_waiting["reason"], state_waiting.get("message", ""))
+                )
+    return tuple(problems), tuple(waiting)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,11 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
                 "Progressing",
                 "True",
                 "RollingOut",
-                f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready",
+                f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready"
+                + "".join(
+                    f"; pod {w.pod} waits to be scheduled ({w.message})".replace(" ()", "")
+                    for w in obs.pods_waiting[:1]
+                ),
             )
         )
     problem = obs.pod_problems[0] if obs.pod_problems else None

@@ -46,7 +46,8 @@ def as_the_api_server_returns_it(desired: dict[str, Any]) -> dict[str, Any]:
     pod["securityContext"]["supplementalGroupsPolicy"] = "Merge"  # a default it adds
     pod["volumes"][1]["emptyDir"]["medium"] = ""  # hypothetical default inside a nested dict
     (ctr,) = pod["containers"]
-    ctr.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File")
+    ctr.setdefault("terminationMessagePath", "/dev/termination-log")  # defaults it adds
+    ctr.setdefault("terminationMessagePolicy", "File")
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         ctr[probe]["httpGet"]["scheme"] = "HTTP"
     ctr["resources"] = {  # re-spelled quantities

@@ -144,6 +144,7 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                             "auto",
                             "--enable-prefix-caching",
                         ],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
                         "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
                         "env": [
                             *HOME_ENV,

@@ -3,12 +3,14 @@ the old status and the time."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 
 from tests.unit.builders import service
 from vllm_operator.gates import Run
+from vllm_operator.observe import job_state
 from vllm_operator.observed import BenchView, Observed, PodProblem, pod_problems
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.status import apply_failed_status, compute_status, invalid_spec_status
@@ -399,9 +401,114 @@ def test_pod_problems_from_pods() -> None:
         {"metadata": {"name": "c"}},
     ]
     assert pod_problems(pods) == (
-        PodProblem("a", "Unschedulable", "0/1 nodes"),
-        PodProblem("b", "CrashLoopBackOff", "back-off"),
+        (
+            PodProblem("a", "Unschedulable", "0/1 nodes"),
+            PodProblem("b", "CrashLoopBackOff", "back-off"),
+        ),
+        (),
     )
+
+
+NOW = dt.datetime(2026, 12, 2, 6, 0, 0, tzinfo=dt.UTC)
+
+
+def _unschedulable(age_seconds: float, grace: int = 30) -> dict[str, Any]:
+    created = (NOW - dt.timedelta(seconds=age_seconds)).isoformat().replace("+00:00", "Z")
+    return {
+        "metadata": {"name": "new", "creationTimestamp": created},
+        "spec": {"terminationGracePeriodSeconds": grace},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 1 Insufficient cpu",
+                }
+            ],
+        },
+    }
+
+
+def test_an_unschedulable_pod_within_its_grace_is_a_rollout_in_progress() -> None:
+    """maxSurge 0 on a full node: the new pod waits for the old one to stop (its grace period)
+    and for the scheduler's next try; that is a rollout in progress, not Degraded with a
+    Warning on every rollout. After the grace it is Degraded/Unschedulable."""
+    problems, waiting = pod_problems([_unschedulable(20)], NOW)
+    assert (problems, [w.pod for w in waiting]) == ((), ["new"])
+    obs = Observed(
+        deployment=deployment(1, total=1, updated=1, ready=0, available=0),
+        pods_waiting=waiting,
+    )
+    conds = {
+        c["type"]: c
+        for c in compute_status(service("minimal"), obs, {}, SETTINGS, T0)["conditions"]
+    }
+    assert (conds["Degraded"]["status"], conds["Progressing"]["reason"]) == ("False", "RollingOut")
+    assert "pod new waits to be scheduled (0/3 nodes" in conds["Progressing"]["message"]
+    # the grace: 60 s beyond the longest termination grace period of the service's pods
+    assert pod_problems([_unschedulable(89, grace=30)], NOW)[0] == ()
+    late = pod_problems([_unschedulable(91, grace=30)], NOW)
+    assert [(p.pod, p.reason) for p in late[0]] == [("new", "Unschedulable")]
+    assert pod_problems([_unschedulable(150, grace=120)], NOW)[0] == ()
+    # a pod without a creation time (not from an API server) is judged at once
+    undated = _unschedulable(0)
+    del undated["metadata"]["creationTimestamp"]
+    assert [p.reason for p in pod_problems([undated], NOW)[0]] == ["Unschedulable"]
+
+
+def _restarted(ready: bool, state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "vllm",
+                    "ready": ready,
+                    "restartCount": 2,
+                    "state": state,
+                    "lastState": {
+                        "terminated": {
+                            "exitCode": 1,
+                            "reason": "Error",
+                            "message": "api_server.py: error: unrecognized arguments: --bogus",
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_a_crash_loop_stays_degraded_between_restarts() -> None:
+    """Just after the kubelet restarts a crashing container it is running (not ready) and not
+    waiting in CrashLoopBackOff: still a crash loop, with the last exit's code and message."""
+    expected = (
+        "container vllm exited with code 1 (Error), restarted 2 times: "
+        "api_server.py: error: unrecognized arguments: --bogus"
+    )
+    for state in ({"running": {"startedAt": "2026-12-02T06:00:00Z"}}, {"waiting": {}}):
+        problems, _ = pod_problems([_restarted(False, state)], NOW)
+        assert problems == (PodProblem("p", "CrashLoopBackOff", expected),)
+    backoff = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}}
+    assert pod_problems([_restarted(False, backoff)], NOW)[0][0].message == expected
+    # once it is ready, an earlier crash is history
+    assert pod_problems([_restarted(True, {"running": {}}), _unschedulable(5)], NOW)[0] == ()
+    obs = Observed(
+        deployment=deployment(1, total=1, updated=1, ready=0, available=0),
+        pod_problems=pod_problems([_restarted(False, {"running": {}})], NOW)[0],
+    )
+    conds = {
+        c["type"]: c
+        for c in compute_status(service("minimal"), obs, {}, SETTINGS, T0)["conditions"]
+    }
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"]) == (
+        "True",
+        "CrashLoopBackOff",
+    )
+    assert "unrecognized arguments: --bogus" in conds["Degraded"]["message"]
 
 
 def test_pods_that_cannot_be_created_are_reported_not_a_rollout_in_progress() -> None:
@@ -713,3 +820,46 @@ def test_a_confirmation_that_failed_to_measure_says_nothing_was_rolled_back() ->
     )
     assert got["BenchmarkPassed"][:2] == ("False", "ThresholdsNotMet")
     assert got["Degraded"][0] == "False"
+
+
+def test_a_failed_benchmark_job_carries_its_runner_s_own_message() -> None:
+    """A runner that refuses its arguments exits 2 with argparse's message, which the kubelet
+    keeps as the termination message (FallbackToLogsOnError): the Job's failure quotes it."""
+    job = {
+        "metadata": {"name": "m-bench-1", "labels": {}},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ]
+        },
+    }
+    pod = {
+        "metadata": {"name": "m-bench-1-x"},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "bench",
+                    "state": {
+                        "terminated": {
+                            "exitCode": 2,
+                            "reason": "Error",
+                            "finishedAt": "2026-12-02T06:00:00Z",
+                            "message": "vllm-bench run: error: unrecognized arguments: --URL=x\n",
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    state = job_state(job, pods=[pod])
+    assert state.failed_reason == "BackoffLimitExceeded"
+    assert state.failed_message == (
+        "Job has reached the specified backoff limit; pod m-bench-1-x exited with code 2 "
+        "(Error): vllm-bench run: error: unrecognized arguments: --URL=x"
+    )
+    assert job_state(job).failed_message == "Job has reached the specified backoff limit"

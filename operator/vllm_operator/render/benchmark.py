@@ -241,6 +241,9 @@ def render_job(
         "image": b.image or settings.benchmark_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "vllm_benchjob"],
+        # a runner that refuses its arguments leaves argparse's message as the termination
+        # message: the status quotes it with the Job's failure (observe.job_state)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "args": [
             "--configmap",
             name,

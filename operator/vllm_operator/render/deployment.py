@@ -268,6 +268,9 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
         # the module, not the `vllm` console script: works in every vllm-openai image
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
         "args": server_args(spec),
+        # a server that exits at start (an engine argument vLLM refuses) leaves the end of its
+        # log as the termination message: the status quotes it (observed.pod_problems)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "ports": [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}],
         "env": home_env + _env(spec),
         "resources": _resources(spec),
