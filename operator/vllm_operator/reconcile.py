@@ -43,6 +43,7 @@ from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL, revision
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
+    REPLICAS_HELD_SINCE_ANNOTATION,
     render_deployment,
     render_pod_template,
 )
@@ -104,6 +105,8 @@ def render_children(
     monitoring: bool = False,
     restored: Service | None = None,
     live_held: str | None = None,
+    live_since: str | None = None,
+    now: str | None = None,
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
     `restored`: during a rollback, the service as recorded for the revision rolled back to:
@@ -111,7 +114,15 @@ def render_children(
     autoscaling, PDB, rollout strategy, the Service, monitoring) from the current spec."""
     template = render_pod_template(restored, settings) if restored is not None else None
     rendered = [
-        render_deployment(svc, settings, live_replicas, template=template, live_held=live_held),
+        render_deployment(
+            svc,
+            settings,
+            live_replicas,
+            template=template,
+            live_held=live_held,
+            live_since=live_since,
+            now=now,
+        ),
         render_service(svc, settings),
         render_hpa(svc, settings),
         render_pdb(svc, settings),
@@ -196,15 +207,16 @@ def _pipeline(
     # decide (pure): start, stop, judge, roll back, prune; and the one pod each run measures
     plan = aim(svc, seen, decide(svc, seen, settings))
     # render (pure): the children, with the pod template of a rollback's target if any
+    live_annotations = (seen.deployment or {}).get("metadata", {}).get("annotations") or {}
     rendered = render_children(
         svc,
         settings,
         (seen.deployment or {}).get("spec", {}).get("replicas"),
         monitoring=seen.monitoring_crds,
         restored=plan.restored,
-        live_held=((seen.deployment or {}).get("metadata", {}).get("annotations") or {}).get(
-            REPLICAS_HELD_ANNOTATION
-        ),
+        live_held=live_annotations.get(REPLICAS_HELD_ANNOTATION),
+        live_since=live_annotations.get(REPLICAS_HELD_SINCE_ANNOTATION),
+        now=_now(),
     )
     desired = [with_revision(m, seen.deployment) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}

@@ -31,6 +31,13 @@ class OperatorSettings(BaseSettings):
         "flight (100 services at once on 2 cores: Ready p95 12-13 s with 32, 15-19 s with 16; "
         "benchmarks/operator_scale.py).",
     )
+    replicas_hold_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Switching autoscaling off holds the count the autoscaler chose for at "
+        "most this long (then spec.replicas applies; 0: no hold). 300 s is the HPA's own "
+        "scale-down stabilisation window.",
+    )
     cluster_domain: str = "cluster.local"
     namespace: str | None = Field(
         default=None, description="Watch only this namespace (legacy; see `namespaces`)."

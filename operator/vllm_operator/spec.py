@@ -84,6 +84,8 @@ NEGATIVE_NUMBER = r"^-([0-9]+|[0-9]*[.][0-9]+)$"
 RESERVED_ENV: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HOST_IP")
 # Setting it (any new value) starts a fresh benchmark run of the current revision
 RERUN_ANNOTATION = "serving.vllm-operator.dev/rerun-benchmark"
+# on a VLLMService: end a replica hold (autoscaling switched off) now, and start none
+RELEASE_HOLD_ANNOTATION = "serving.vllm-operator.dev/release-replicas-hold"
 # metadata.name: the children (a Service above all) need an RFC 1035 label: no dots
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # an extended resource name: a DNS subdomain prefix, a slash, a name (no spaces)
@@ -1034,6 +1036,8 @@ class Service(_Model):
     spec: VLLMServiceSpec
     # the rerun-benchmark annotation's value: a new value starts a fresh run of the revision
     rerun: str | None = None
+    # the release-replicas-hold annotation is set: spec.replicas applies at once
+    release_hold: bool = False
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Service:
@@ -1045,6 +1049,7 @@ class Service(_Model):
             generation=meta.get("generation", 1),
             spec=VLLMServiceSpec.model_validate(known_fields(VLLMServiceSpec, body.get("spec"))),
             rerun=(meta.get("annotations") or {}).get(RERUN_ANNOTATION) or None,
+            release_hold=RELEASE_HOLD_ANNOTATION in (meta.get("annotations") or {}),
         )
 
 
@@ -1133,6 +1138,17 @@ class AutoscalingStatus(_Model):
         default=None, description="The per-pod target (autoscaling.targetQueueDepth)."
     )
     last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
+    held_replicas: int | None = Field(
+        default=None,
+        description="Autoscaling is off and the Deployment still runs the count the autoscaler "
+        "chose (see the AutoscalingActive condition, reason ReplicasHeld).",
+    )
+    held_since: str | None = Field(default=None, description="When the hold began.")
+    held_until: str | None = Field(
+        default=None,
+        description="When spec.replicas applies (the operator's replicasHoldSeconds after "
+        "heldSince); at once with the release-replicas-hold annotation.",
+    )
 
 
 class VLLMServiceStatus(_Model):

@@ -11,14 +11,20 @@ BenchmarkComplete (a benchmark run's objects).
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 from vllm_operator.observed import BenchView, Observed, rolled_out
+from vllm_operator.render.deployment import (
+    REPLICAS_HELD_ANNOTATION,
+    REPLICAS_HELD_SINCE_ANNOTATION,
+)
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
 from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
+from vllm_operator.spec import RELEASE_HOLD_ANNOTATION, Service
 
 # BenchmarkComplete's reason while a second run confirms a failed verdict
 CONFIRMING = "ConfirmingFailure"
@@ -303,12 +309,46 @@ def _measured(run: Any) -> dict[str, Any]:
     return out
 
 
-def _autoscaling(svc: Service, obs: Observed) -> tuple[dict[str, Any] | None, list[Cond]]:
+def _hold(
+    svc: Service, obs: Observed, settings: OperatorSettings
+) -> tuple[dict[str, Any] | None, list[Cond]]:
+    """Autoscaling is off and the Deployment still runs the count the autoscaler chose
+    (render/deployment.decide_replicas): say how many, against what, until when, and how to
+    end it now. GPUs held without a word are the surprise this prevents."""
+    meta = (obs.deployment or {}).get("metadata", {})
+    annotations = meta.get("annotations") or {}
+    held = annotations.get(REPLICAS_HELD_ANNOTATION)
+    replicas = (obs.deployment or {}).get("spec", {}).get("replicas")
+    if held is None or replicas is None or replicas == svc.spec.replicas:
+        return None, []
+    since = annotations.get(REPLICAS_HELD_SINCE_ANNOTATION)
+    until = None
+    if since:
+        with contextlib.suppress(ValueError):
+            start = dt.datetime.fromisoformat(since.replace("Z", "+00:00"))
+            until = (start + dt.timedelta(seconds=settings.replicas_hold_seconds)).isoformat()
+            until = until.replace("+00:00", "Z")
+    message = (
+        f"autoscaling is off: the {replicas} replicas the autoscaler chose are held "
+        f"(spec.replicas is {svc.spec.replicas})"
+        + (f" until {until}, then spec.replicas applies" if until else "")
+        + f"; to apply spec.replicas now: `kubectl scale vsvc {svc.name} --replicas=N` with "
+        f"another count, or `kubectl annotate vsvc {svc.name} {RELEASE_HOLD_ANNOTATION}=now`"
+    )
+    out = {"heldReplicas": replicas, "heldSince": since, "heldUntil": until}
+    return {k: v for k, v in out.items() if v is not None}, [
+        Cond("AutoscalingActive", "False", "ReplicasHeld", message)
+    ]
+
+
+def _autoscaling(
+    svc: Service, obs: Observed, settings: OperatorSettings
+) -> tuple[dict[str, Any] | None, list[Cond]]:
     """status.autoscaling and the AutoscalingActive condition: the HPA's own ScalingActive
     condition (status, reason and message as the HPA controller wrote them), so that an
     autoscaler without its metric ("no custom metrics API") shows on the service itself."""
     if not svc.spec.autoscaling.enabled:
-        return None, []
+        return _hold(svc, obs, settings)
     hpa = obs.hpa
     if hpa is None:
         return None, [
@@ -419,7 +459,7 @@ def compute_status(
     }
     if revision:
         status["revision"] = revision
-    autoscaling, autoscaling_conds = _autoscaling(svc, obs)
+    autoscaling, autoscaling_conds = _autoscaling(svc, obs, settings)
     if autoscaling is not None:
         status["autoscaling"] = autoscaling
     conds += autoscaling_conds + _monitoring(svc, monitoring_crds)

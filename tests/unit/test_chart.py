@@ -74,6 +74,7 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
     # and every one set reaches the container as the variable pydantic-settings reads
     typed: dict[str, Any] = {
         "resyncSeconds": 7.5,
+        "replicasHoldSeconds": 120,
         "workers": 48,
         "priority": 3,
         "watchTimeoutSeconds": 9,
@@ -102,6 +103,7 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
         monkeypatch.setenv(k, v)
     settings = OperatorSettings()
     assert settings.resync_seconds == 7.5
+    assert settings.replicas_hold_seconds == 120
     assert settings.workers == 48
     assert settings.monitoring_labels == {"release": "prom"}
     assert settings.watched_namespaces() == ("team-a", "team-b")

@@ -14,8 +14,13 @@ from tests.unit.fake_api import FakeApi
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
 from vllm_operator.reconcile import reconcile
-from vllm_operator.render.deployment import REPLICAS_HELD_ANNOTATION, decide_replicas
+from vllm_operator.render.deployment import (
+    REPLICAS_HELD_ANNOTATION,
+    REPLICAS_HELD_SINCE_ANNOTATION,
+    decide_replicas,
+)
 from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import RELEASE_HOLD_ANNOTATION
 
 SETTINGS = OperatorSettings()
 ON = {"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 8}}
@@ -24,23 +29,42 @@ SVC_PATH = _path(API_VERSION, "VLLMService", "ns", "minimal")
 DEP_PATH = _path("apps/v1", "Deployment", "ns", "minimal")
 
 
+T0 = "2026-12-02T06:00:00Z"
+
+
 @pytest.mark.parametrize(
     ("spec", "live", "held", "expected"),
     [
-        (ON, None, None, (2, "1")),  # a new autoscaled Deployment starts at minReplicas
-        (ON, 5, None, (5, "1")),  # the HPA's count, recorded against spec.replicas 1
-        (ON, 20, "1", (8, "1")),  # within min/max
-        (OFF, 5, "1", (5, "1")),  # switched off: the HPA's count is held
-        ({**OFF, "replicas": 3}, 5, "1", (3, None)),  # spec.replicas changed: it applies
-        (OFF, 5, None, (1, None)),  # no hold (never autoscaled): spec.replicas rules
-        (OFF, None, "1", (1, None)),  # no Deployment: spec.replicas
-        ({**OFF, "replicas": 3}, 3, None, (3, None)),
+        (ON, None, None, (2, "1", None)),  # a new autoscaled Deployment starts at minReplicas
+        (ON, 5, None, (5, "1", None)),  # the HPA's count, recorded against spec.replicas 1
+        (ON, 20, "1", (8, "1", None)),  # within min/max
+        (OFF, 5, "1", (5, "1", T0)),  # switched off: the HPA's count is held, from now
+        ({**OFF, "replicas": 3}, 5, "1", (3, None, None)),  # spec.replicas changed: it applies
+        (OFF, 5, None, (1, None, None)),  # no hold (never autoscaled): spec.replicas rules
+        (OFF, None, "1", (1, None, None)),  # no Deployment: spec.replicas
+        ({**OFF, "replicas": 3}, 3, None, (3, None, None)),
+        (OFF, 1, "1", (1, None, None)),  # the HPA's count is spec.replicas: nothing to hold
     ],
 )
 def test_decide_replicas(
-    spec: dict[str, Any], live: int | None, held: str | None, expected: tuple[int, str | None]
+    spec: dict[str, Any],
+    live: int | None,
+    held: str | None,
+    expected: tuple[int, str | None, str | None],
 ) -> None:
-    assert decide_replicas(service("minimal", spec), live, held) == expected
+    assert decide_replicas(service("minimal", spec), live, held, now=T0) == expected
+
+
+def test_a_hold_ends_by_itself_and_on_the_release_annotation() -> None:
+    """`kubectl scale vsvc --replicas=1` when spec.replicas is 1 already changes nothing the
+    operator can see: the hold is bounded in time, and the annotation ends it at once."""
+    svc = service("minimal", OFF)
+    held = {"live_since": T0, "hold_seconds": 300.0}
+    assert decide_replicas(svc, 8, "1", now="2026-12-02T06:04:59Z", **held) == (8, "1", T0)
+    assert decide_replicas(svc, 8, "1", now="2026-12-02T06:05:00Z", **held) == (1, None, None)
+    assert decide_replicas(svc, 8, "1", now=T0, hold_seconds=0) == (1, None, None)
+    released = service("minimal", OFF).model_copy(update={"release_hold": True})
+    assert decide_replicas(released, 8, "1", now=T0, **held) == (1, None, None)
 
 
 def reconcile_with(api: FakeApi, spec: dict[str, Any], generation: int) -> dict[str, Any]:
@@ -68,3 +92,30 @@ def test_switching_autoscaling_off_keeps_the_count_the_hpa_chose() -> None:
     dep = reconcile_with(api, {**OFF, "replicas": 2}, 3)  # kubectl scale vsvc --replicas=2
     assert dep["spec"]["replicas"] == 2
     assert REPLICAS_HELD_ANNOTATION not in dep["metadata"].get("annotations", {})
+
+
+def test_the_status_says_a_hold_is_in_force_until_when_and_how_to_end_it() -> None:
+    api = FakeApi(SETTINGS)
+    dep = reconcile_with(api, ON, 1)
+    dep["spec"]["replicas"] = 8  # the HPA scaled it
+    dep = reconcile_with(api, OFF, 2)
+    assert dep["spec"]["replicas"] == 8
+    since = dep["metadata"]["annotations"][REPLICAS_HELD_SINCE_ANNOTATION]
+    status = api.objects[SVC_PATH]["status"]
+    assert status["autoscaling"]["heldReplicas"] == 8
+    assert status["autoscaling"]["heldSince"] == since
+    cond = next(c for c in status["conditions"] if c["type"] == "AutoscalingActive")
+    assert (cond["status"], cond["reason"]) == ("False", "ReplicasHeld")
+    assert "the 8 replicas the autoscaler chose are held (spec.replicas is 1)" in cond["message"]
+    assert "serving.vllm-operator.dev/release-replicas-hold=now" in cond["message"]
+    # the release annotation: spec.replicas at once, and the status no longer reports a hold
+    obj = copy.deepcopy(api.objects[SVC_PATH])
+    obj["metadata"].setdefault("annotations", {})[RELEASE_HOLD_ANNOTATION] = "now"
+    api.put(SVC_PATH, obj)
+    reconcile(copy.deepcopy(api.objects[SVC_PATH]), api, SETTINGS)
+    dep = api.objects[DEP_PATH]
+    assert dep["spec"]["replicas"] == 1
+    assert REPLICAS_HELD_SINCE_ANNOTATION not in dep["metadata"].get("annotations", {})
+    status = api.objects[SVC_PATH]["status"]
+    assert "heldReplicas" not in (status.get("autoscaling") or {})
+    assert not any(c["reason"] == "ReplicasHeld" for c in status["conditions"])

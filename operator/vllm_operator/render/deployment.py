@@ -4,6 +4,7 @@ vLLM's CPU backend."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 from typing import Any
 
@@ -17,6 +18,8 @@ CONTAINER = "vllm"
 # On the Deployment while autoscaling is on, and while a count the autoscaler chose is held
 # after it was switched off: the spec.replicas that count is held against (decide_replicas)
 REPLICAS_HELD_ANNOTATION = f"{GROUP}/replicas-held-for"
+# when a hold began (autoscaling switched off): it ends replicas_hold_seconds later
+REPLICAS_HELD_SINCE_ANNOTATION = f"{GROUP}/replicas-held-since"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Pod Security "restricted" (settings.vllm_pod_security): any non-root uid works, since
 # nothing vLLM writes needs the image's user; 65532 is images/vllm-cpu's own user. vLLM,
@@ -324,14 +327,26 @@ def render_deployment(
     *,
     template: dict[str, Any] | None = None,
     live_held: str | None = None,
+    live_since: str | None = None,
+    now: str | None = None,
 ) -> dict[str, Any]:
-    """`template`: a pod template to run instead of the spec's (a rollback's). `live_replicas`
-    and `live_held`: the live Deployment's replicas and REPLICAS_HELD_ANNOTATION."""
+    """`template`: a pod template to run instead of the spec's (a rollback's). `live_replicas`,
+    `live_held` and `live_since`: the live Deployment's replicas, REPLICAS_HELD_ANNOTATION and
+    REPLICAS_HELD_SINCE_ANNOTATION; `now`: the reconcile's time (RFC 3339)."""
     spec = svc.spec
-    replicas, held = decide_replicas(svc, live_replicas, live_held)
+    replicas, held, since = decide_replicas(
+        svc,
+        live_replicas,
+        live_held,
+        live_since=live_since,
+        now=now,
+        hold_seconds=settings.replicas_hold_seconds,
+    )
     meta = metadata(svc)
     if held is not None:
         meta["annotations"] = {REPLICAS_HELD_ANNOTATION: held}
+        if since is not None:
+            meta["annotations"][REPLICAS_HELD_SINCE_ANNOTATION] = since
     if spec.rollout.strategy == "Recreate":
         strategy: dict[str, Any] = {"type": "Recreate"}
     else:
@@ -358,10 +373,26 @@ def render_deployment(
     }
 
 
+def _seconds_between(earlier: str, later: str) -> float | None:
+    try:
+        a = dt.datetime.fromisoformat(earlier.replace("Z", "+00:00"))
+        b = dt.datetime.fromisoformat(later.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (b - a).total_seconds()
+
+
 def decide_replicas(
-    svc: Service, live_replicas: int | None, live_held: str | None
-) -> tuple[int, str | None]:
-    """The Deployment's replicas, and the REPLICAS_HELD_ANNOTATION value to set (None: none).
+    svc: Service,
+    live_replicas: int | None,
+    live_held: str | None,
+    *,
+    live_since: str | None = None,
+    now: str | None = None,
+    hold_seconds: float = 300.0,
+) -> tuple[int, str | None, str | None]:
+    """The Deployment's replicas, the REPLICAS_HELD_ANNOTATION value to set (None: none) and
+    the REPLICAS_HELD_SINCE_ANNOTATION value (when a hold in force began; None: none).
 
     With autoscaling on, the HPA owns the count: the operator re-applies whatever is live
     (within min/max), so it never fights the autoscaler; a new Deployment starts at
@@ -370,14 +401,26 @@ def decide_replicas(
     Switching autoscaling off keeps the count the autoscaler chose (no drop from, say, 5 busy
     replicas to spec.replicas' 1 at once) for as long as spec.replicas stays what it was while
     autoscaling was on; the first change of spec.replicas (`kubectl scale vsvc`, an edit)
-    applies it and ends the hold. Without a hold, spec.replicas is the count.
+    applies it and ends the hold. A hold also ends on its own `hold_seconds` after it began
+    (the status says when: `kubectl scale vsvc --replicas=N` with the count spec.replicas
+    already has changes nothing the operator could see), and at once when the service carries
+    the release-replicas-hold annotation. Without a hold, spec.replicas is the count.
     """
     a = svc.spec.autoscaling
     held_for = str(svc.spec.replicas)
     if a.enabled:
         if live_replicas is None:
-            return a.min_replicas, held_for
-        return min(max(live_replicas, a.min_replicas), a.max_replicas), held_for
-    if live_replicas is not None and live_held == held_for:
-        return live_replicas, held_for
-    return svc.spec.replicas, None
+            return a.min_replicas, held_for, None
+        return min(max(live_replicas, a.min_replicas), a.max_replicas), held_for, None
+    if (
+        live_replicas is not None
+        and live_held == held_for
+        and live_replicas != svc.spec.replicas
+        and not svc.release_hold
+        and hold_seconds > 0
+    ):
+        since = live_since or now
+        elapsed = _seconds_between(since, now) if since and now else None
+        if elapsed is None or elapsed < hold_seconds:
+            return live_replicas, held_for, since
+    return svc.spec.replicas, None, None
