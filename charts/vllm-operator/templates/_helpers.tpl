@@ -16,17 +16,24 @@
 {{- end }}
 {{- end }}
 
+{{/* The pods' selector; without releaseLabels (the plain manifests of deploy/) the name alone. */}}
 {{- define "vllm-operator.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "vllm-operator.name" . }}
+{{- if .Values.releaseLabels }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
 {{- end }}
 
 {{- define "vllm-operator.labels" -}}
 {{ include "vllm-operator.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- if .Values.releaseLabels }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
 app.kubernetes.io/part-of: vllm-operator
+{{- if .Values.releaseLabels }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
