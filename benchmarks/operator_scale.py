@@ -50,7 +50,7 @@ It starts its own cluster in .state/bench-operator-scale on free ports (fake 64-
 for every service and its benchmark pod; a /16 service range, since a /24 holds only 254
 ClusterIPs), without the metrics pipeline, and stops it at the end. Results of 2026-11-30:
 benchmarks/results/operator/ (before.json and before-1000.json: the operator at 7ed28c4;
-after.json: at aa87d14) and the README's "The operator at fleet scale".
+after.json: at aa87d14) and "The operator at fleet scale" (docs/fleet-scale.md).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ libraries the host already has are never downloaded), then ``pip download --no-d
 the missing ``name==version`` set with the same platform tags; each wheel's SHA-256 is checked
 against the hash the index published for it.
 
-Uses the standard library and pip only. See README "Air-gapped GPU hosts".
+Uses the standard library and pip only. See docs/air-gapped.md.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ HEADLINE = {
     "ttftP95Seconds": ("streaming", "ttftP95Seconds"),
 }
 
-# how the CLI exits for the first error of each kind (README: "Exit codes")
+# how the CLI exits for the first error of each kind (docs/benchmark-runner.md: exit codes)
 EXIT_USAGE, EXIT_SERVER, EXIT_MODEL_MISMATCH, EXIT_INTERNAL = 2, 3, 4, 1
 
 

@@ -8,7 +8,7 @@ What the cluster code does with them:
     write cfg to <state>/prometheus.yml; start prometheus_args(...)
     start adapter_args(...); apply adapter_registration(adapter_port)
 The scrape and rule definitions are the ones shipped to users (vllm_operator.monitoringgen),
-so the local pipeline exercises exactly what the README tells a cluster owner to install.
+so the local pipeline exercises exactly what docs/monitoring.md tells a cluster owner to install.
 """
 
 from __future__ import annotations

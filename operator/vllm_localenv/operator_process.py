@@ -20,7 +20,7 @@ from vllm_localenv.vllm_server import free_port
 
 CRD_FILES = (REPO_ROOT / "crds" / "kopf-peering.yaml", REPO_ROOT / "crds" / "vllmservices.yaml")
 RBAC_FILE = REPO_ROOT / "deploy" / "rbac.yaml"
-# what RBAC cannot say (README: Permissions), held to the operator's account like a user's
+# what RBAC cannot say (docs/permissions.md), held to the operator's account like a user's
 # install: deploy_operator applies it, so the demo and the real-node tier run under it
 ADMISSION_POLICY_FILE = REPO_ROOT / "deploy" / "admission-policy.yaml"
 OPERATOR_NAMESPACE = "vllm-operator-system"

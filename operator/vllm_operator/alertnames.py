@@ -3,8 +3,8 @@
 The rules (render/monitoring.py, and through it deploy/monitoring/) and the API's field
 descriptions (spec.py, and through it the generated CRD) both name the alerts; render imports
 spec, so the names live here, where both can import them (issue 22: the CRD named six alerts
-that did not exist). tests/unit/test_alert_names.py keeps the CRD, the README, the runbooks and
-the rules naming the same alerts.
+that did not exist). tests/unit/test_alert_names.py keeps the CRD, docs/monitoring.md, the
+runbooks and the rules naming the same alerts.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The alerts a user reads about are the alerts Prometheus has (issue 22): the CRD's field
-descriptions (kubectl explain), the README and the runbooks name exactly the alerts of the
+descriptions (kubectl explain), docs/monitoring.md and the runbooks name exactly the alerts of the
 rules, each threshold's description names the alert that threshold sets, with its `for`."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_each_threshold_names_the_alert_it_sets_and_its_for(field: str) -> None:
     assert f" {alert.id.held}" in text, (text, alert.for_)
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/runbooks.md"])
+@pytest.mark.parametrize("doc", ["docs/monitoring.md", "docs/runbooks.md"])
 def test_the_docs_name_exactly_the_alerts_of_the_rules(doc: str) -> None:
     text = (ROOT / doc).read_text()
     named = mentioned(text)
@@ -107,13 +107,13 @@ def test_every_alert_has_its_runbook_section_and_its_readme_row() -> None:
     assert set(SHIPPED) <= headings
     rows = {
         cells[0]: cells
-        for line in (ROOT / "README.md").read_text().splitlines()
+        for line in (ROOT / "docs" / "monitoring.md").read_text().splitlines()
         if line.startswith("| VLLM")
         for cells in [[c.strip() for c in line.strip("|").split("|")]]
     }
     alerts = vllm_alerts(Scope(), AlertThresholds()) + operator_alerts(Scope())
     for alert in alerts:
-        assert alert.name in rows, f"README's alert table has no row for {alert.name}"
+        assert alert.name in rows, f"docs/monitoring.md's alert table has no row for {alert.name}"
         assert rows[alert.name][2] == alert.for_, (alert.name, rows[alert.name])
     assert {a.name for a in alerts} == set(SHIPPED)
 

@@ -46,7 +46,7 @@ def test_argocd_health_of_captured_objects(path: Path) -> None:
     if status == "Degraded":
         degraded = condition(obj, "Degraded")
         assert message == f"{degraded['reason']}: {degraded['message']}"
-    # kstatus waits only for the operator to observe the generation (see README: Flux)
+    # kstatus waits only for the operator to observe the generation (the chart README, GitOps)
     unobserved = obj["status"]["observedGeneration"] != obj["metadata"]["generation"]
     assert kstatus(obj) == ("InProgress" if unobserved else "Current")
 
