@@ -335,8 +335,10 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     elif current is not None and job is not None and (ended := _ended(svc, job, current)):
         records.append(ended)
 
-    # the target a failure would roll back to is kept, whatever keepRuns says
-    due = target or rollback_target(runs, rev, before)
+    # the target a failure would roll back to is kept, whatever keepRuns says; without gates
+    # no verdict can fail, so nothing would ever roll back to it and keepRuns rules
+    gated = bench.thresholds.any
+    due = target or (rollback_target(runs, rev, before) if gated else None)
     protect = {name, confirm_name} | ({due.name} if due is not None else set())
     return Plan(
         enabled=True,
