@@ -7,9 +7,11 @@ import copy
 import json
 import re
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from tests.unit.builders import body, service
@@ -21,6 +23,7 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service, VLLMServiceSpec, parse_quantity
 
 SETTINGS = OperatorSettings(cluster_domain="cluster.local")
+SAMPLES = Path(__file__).resolve().parents[2] / "crds" / "samples"
 # Pod Security "restricted": a home for uid 65532, which has no passwd entry in vLLM's images
 HOME_ENV = [
     {"name": "HOME", "value": "/root"},
@@ -158,6 +161,8 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                             {"name": "dshm", "mountPath": "/dev/shm"},
                             {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
                             {"name": "home", "mountPath": "/root"},
+                            # the folder the runtime would create as root to mount into
+                            {"name": "home-0", "mountPath": "/root/.cache"},
                         ],
                         # 1800 s startup budget / 10 s period
                         "startupProbe": _probe(180),
@@ -174,6 +179,7 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
                     {"name": "model-cache", "emptyDir": {}},
                     {"name": "home", "emptyDir": {}},
+                    {"name": "home-0", "emptyDir": {}},
                 ],
                 "terminationGracePeriodSeconds": 120,
                 "enableServiceLinks": False,
@@ -506,11 +512,13 @@ def test_model_cache_pvc() -> None:
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
         {"name": "home", "emptyDir": {}},
+        {"name": "home-0", "emptyDir": {}},
     ]
     assert container(dep)["volumeMounts"] == [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
         {"name": "home", "mountPath": "/root"},
+        {"name": "home-0", "mountPath": "/root/.cache"},
     ]
     assert env_by_name(dep)["HF_HOME"] == {"name": "HF_HOME", "value": "/root/.cache/huggingface"}
 
@@ -1042,3 +1050,29 @@ def test_parse_quantity(text: str, value: int | Fraction) -> None:
 def test_parse_quantity_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a resource quantity"):
         parse_quantity(text)
+
+
+@pytest.mark.parametrize("sample", sorted(p.stem for p in SAMPLES.glob("*.yaml")))
+def test_every_folder_between_home_and_a_mount_is_writable(sample: str) -> None:
+    """The runtime creates a mount point's missing parent folders as root: below the writable
+    HOME, each must be an emptyDir of its own, or torch's inductor cache under /root/.cache
+    fails with PermissionError (the H200 run of the rendered tinyllama container), and so do
+    vLLM's and FlashInfer's caches."""
+    body = yaml.safe_load((SAMPLES / f"{sample}.yaml").read_text())
+    body["metadata"].update(namespace="ns", uid="u", generation=1)
+    dep = render_deployment(Service.from_body(body), SETTINGS)
+    volumes = {v["name"]: v for v in pod_spec(dep)["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container(dep)["volumeMounts"]}
+    env = {e["name"]: e.get("value") for e in container(dep).get("env", [])}
+    home = env["HOME"]
+    assert "emptyDir" in mounts[home]
+    for cache in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert env[cache].startswith(home + "/"), cache
+    for path in mounts:
+        if not path.startswith(home + "/"):
+            continue
+        parts = path.removeprefix(home + "/").split("/")
+        for depth in range(1, len(parts)):
+            folder = home + "/" + "/".join(parts[:depth])
+            assert folder in mounts, (path, folder)
+            assert "emptyDir" in mounts[folder], (path, folder)

@@ -259,11 +259,39 @@ def _home(
     )
 
 
+def _between(mounts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """An emptyDir at every folder between HOME and a mount below it (/root/.cache for the
+    model cache at /root/.cache/huggingface). The runtime creates such a folder itself, as
+    root, to mount into: the non-root user could not write in it, and torch's inductor cache
+    (/root/.cache/torchinductor), vLLM's (~/.cache/vllm) and FlashInfer's would fail with
+    PermissionError at start-up (seen on the H200: benchmarks/gpu/results). An emptyDir is
+    world-writable, whatever uid the pod runs as."""
+    taken = {m["mountPath"].rstrip("/") for m in mounts}
+    between: set[str] = set()
+    for path in taken:
+        if not path.startswith(HOME_DIR + "/"):
+            continue
+        parts = path[len(HOME_DIR) + 1 :].split("/")
+        for depth in range(1, len(parts)):
+            folder = HOME_DIR + "/" + "/".join(parts[:depth])
+            if folder not in taken:
+                between.add(folder)
+    ordered = sorted(between)
+    names = [f"home-{i}" for i in range(len(ordered))]
+    return (
+        [{"name": n, "emptyDir": {}} for n in names],
+        [{"name": n, "mountPath": p} for n, p in zip(names, ordered, strict=True)],
+    )
+
+
 def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
     spec = svc.spec
     volumes, mounts = _volumes(spec)
     home_volumes, home_mounts, home_env = _home(spec, settings)
     volumes, mounts = volumes + home_volumes, mounts + home_mounts
+    if home_mounts:
+        between_volumes, between_mounts = _between(mounts)
+        volumes, mounts = volumes + between_volumes, mounts + between_mounts
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image(spec, settings),
