@@ -304,6 +304,9 @@ class Writer(Kube):
                 "PATCH",
                 _path("v1", "ConfigMap", namespace, name),
                 body={"data": data},
+                # the run record's keys are the operator's: its field manager owns them (an
+                # unnamed patch is recorded as "Go-http-client" or the client's user agent)
+                query=[("fieldManager", self.settings.field_manager)],
                 content_type="application/merge-patch+json",
             )
         except ApiException as exc:

@@ -390,3 +390,17 @@ def test_empty_values_the_api_server_omits_are_not_drift() -> None:
     # a non-empty value that live lacks is drift, and so is a live value other than ""
     assert not covers({"env": [{"name": "EMPTY", "value": "x"}]}, live)
     assert not covers(desired, {**live, "env": [{"name": "EMPTY", "value": "set"}]})
+
+
+def test_every_patch_names_the_operator_s_field_manager() -> None:
+    """Server-side apply, the run record's merge patch and the status patch all carry
+    fieldManager: managedFields then say which writes are the operator's (an unnamed patch
+    is recorded under the client's user agent)."""
+    w = RecordingWriter()
+    w.apply(rendered())
+    w.patch_configmap("ns", "m-bench-1-record", {"verdict": "Passed"})
+    w.replace_status("ns", "minimal", {"observedGeneration": 1})
+    patches = [c for c in w.calls if c[0] == "PATCH"]
+    assert len(patches) == 3
+    for _, path, query, _ in patches:
+        assert ("fieldManager", SETTINGS.field_manager) in (query or []), path
