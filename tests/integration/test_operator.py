@@ -383,25 +383,83 @@ def test_a_no_op_resync_makes_zero_writes(
     assert all(reads.count(n) >= 3 for n in names), reads
 
 
+def _in_flight(events: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """The services whose reconcile had begun writing (a child of theirs created or patched)
+    and had not written their status yet: reconciles in flight."""
+    started, finished = set(), set()
+    for e in events:
+        ref = e.get("objectRef", {})
+        if e.get("verb") not in ("create", "patch", "update"):
+            continue
+        name = ref.get("name", "")
+        if ref.get("resource") == "vllmservices" and ref.get("subresource") == "status":
+            finished.add(name)
+        elif ref.get("resource") in ("deployments", "services") and name in names:
+            started.add(name)
+    return sorted(started - finished)
+
+
 def test_operator_killed_mid_reconcile_converges_without_duplicates(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str
 ) -> None:
-    names = [f"svc-{i}" for i in range(6)]
-    for name in names:
-        m = sample("minimal")
-        m["metadata"]["name"] = name
-        apply(cluster, namespace, m)
-    time.sleep(0.5)
-    operator.stop(sig=signal.SIGKILL)
-    operator.start()
+    """SIGKILL while reconciles are writing, proved by the API server's audit log: at the
+    kill, some service had a child written and no status yet. Then the restarted operator
+    converges with exactly one Deployment (one ReplicaSet: no second rollout), one Service."""
+    names: list[str] = []
+    evidence: list[str] = []
+    for attempt in range(3):  # the kill must land inside a reconcile: tried up to 3 times
+        batch = [f"svc-{attempt}-{i}" for i in range(6)]
+        since = time.time()
+        offset = cluster.audit_log.stat().st_size  # poll only what is logged from now on
+        for name in batch:
+            m = sample("minimal")
+            m["metadata"]["name"] = name
+            apply(cluster, namespace, m)
+        names += batch
+
+        def first_write(batch: list[str] = batch, offset: int = offset) -> bool:
+            with cluster.audit_log.open("rb") as f:
+                f.seek(offset)
+                lines = f.read().decode(errors="replace").splitlines()
+            for line in lines:
+                try:
+                    e = json.loads(line)
+                except ValueError:  # a line still being written
+                    continue
+                ref = e.get("objectRef", {})
+                if (
+                    e.get("user", {}).get("username") == operator.username
+                    and e.get("verb") in ("create", "patch")
+                    and ref.get("resource") in ("deployments", "services")
+                    and ref.get("name") in batch
+                ):
+                    return True
+            return False
+
+        wait_for("the operator's first child write", first_write, timeout=30, every=0.02)
+        operator.stop(sig=signal.SIGKILL)
+        killed_at = time.time()
+        # the audit log is written as requests complete: what it holds up to the kill
+        time.sleep(1)
+        events = [
+            e
+            for e in _requests_by(cluster.audit_log, operator.username, since)
+            if dt.datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
+            <= killed_at
+        ]
+        evidence = _in_flight(events, batch)
+        operator.start()
+        if evidence:
+            break
+    assert evidence, "no attempt killed the operator while a reconcile was writing"
     for name in names:
         wait_ready(cluster, namespace, name)
     deployments = items(cluster, namespace, "deployments")
-    assert sorted(d["metadata"]["name"] for d in deployments) == names
+    assert sorted(d["metadata"]["name"] for d in deployments) == sorted(names)
     replicasets = items(cluster, namespace, "replicasets")
     assert len(replicasets) == len(names)  # no second rollout from a duplicate apply
     services = items(cluster, namespace, "services")
-    assert sorted(s["metadata"]["name"] for s in services) == names
+    assert sorted(s["metadata"]["name"] for s in services) == sorted(names)
 
 
 def test_liveness_endpoint(operator: OperatorProcess) -> None:
