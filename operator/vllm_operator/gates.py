@@ -102,6 +102,7 @@ class Run:
     target: Target | None = None  # the one pod the run measures (its record; benchtarget.py)
     confirmation: str = ""  # a Failed verdict: the run that measures the revision again
     served_before: str = ""  # the revision rolled out before this one, as the run started
+    spec_hash: str = ""  # the record's hash of spec_json ("": recorded by an earlier version)
 
     @property
     def headline(self) -> Headline:

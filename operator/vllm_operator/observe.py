@@ -23,6 +23,7 @@ from vllm_operator.render.benchmark import (
     RECORD_COMPONENT,
     REVISION_LABEL,
     SERVED_BEFORE_KEY,
+    SPEC_HASH_KEY,
     SPEC_KEY,
     STATE_KEY,
     VERDICT_FAILURES_KEY,
@@ -161,6 +162,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
                 target=recorded_target(record),
                 confirmation=record.get(CONFIRMATION_KEY, ""),
                 served_before=record.get(SERVED_BEFORE_KEY, ""),
+                spec_hash=record.get(SPEC_HASH_KEY, ""),
             )
         )
     return sorted(runs, key=lambda r: r.created)

@@ -193,3 +193,7 @@ class BenchView:
     # the revision's run failed its gates and run_name confirms it: why (no rollback yet)
     confirming: str | None = None
     confirmed: bool = False  # a rollback in force follows two failed runs
+    # this operator renders pod templates differently from the one that measured them: the
+    # spec's revision now (`revision`: as measured), the rollback target's (what runs)
+    rendered_as: str = ""
+    restored_as: str = ""

@@ -39,6 +39,7 @@ from vllm_operator.render.benchmark import (
     record_name,
     revision,
     run_name,
+    spec_hash,
 )
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.settings import OperatorSettings
@@ -95,6 +96,12 @@ class Plan:
     # the revision's run failed its gates and a second run confirms it: why (for the status)
     confirming: str | None = None
     confirmed: bool = False  # the rollback follows two failed runs
+    # this operator renders pod templates differently from the one that measured them (an
+    # upgrade, a setting): the spec's revision now, where `revision` is the spec as measured
+    # (its runs decide: the rollback stays in force), and the revision the target's recorded
+    # spec renders now, where it is not the one measured (what runs)
+    rendered_as: str = ""
+    restored_as: str = ""
 
     @property
     def rolled_back_to(self) -> str | None:
@@ -116,11 +123,28 @@ def describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _with_recorded_spec(svc: Service, run: Run) -> Service | None:
+    """`svc` with the spec recorded for `run` (None: none recorded, or it does not parse)."""
+    if not run.spec_json:
+        return None
+    try:
+        spec = VLLMServiceSpec.model_validate_json(run.spec_json)
+    except ValidationError:
+        return None
+    return svc.model_copy(update={"spec": spec})
+
+
 def restorable(
     svc: Service, run: Run, settings: OperatorSettings
 ) -> tuple[Service | None, str | None]:
-    """`svc` with the spec recorded for `run`, when it parses and re-renders to the run's
-    revision (what was measured is what is deployed); else None and why not."""
+    """`svc` with the spec recorded for `run`, when it parses; else None and why not.
+
+    It is rendered by this operator: where that renders another revision than the one the
+    run measured, this operator renders pod templates differently (an upgrade, or one of its
+    settings such as the default image; the plan says so: Plan.restored_as), unless the spec
+    is not the text recorded with the run (its spec hash; a record of an earlier version has
+    none, and its spec is taken as recorded): a spec edited in the record is never deployed.
+    """
     where = f"the record of revision {run.revision} ({record_name(run.name)})"
     if not run.spec_json:
         return None, f"{where} holds no spec"
@@ -130,9 +154,32 @@ def restorable(
         return None, f"{where} does not parse: {describe(exc)}"
     restored = svc.model_copy(update={"spec": spec})
     rendered = revision(render_pod_template(restored, settings))
-    if rendered != run.revision:
-        return None, f"{where} renders revision {rendered}, not {run.revision}"
+    actual = spec_hash(run.spec_json)
+    if rendered != run.revision and run.spec_hash and run.spec_hash != actual:
+        return None, (
+            f"{where} renders revision {rendered}, not {run.revision}, and its spec is not the "
+            f"one recorded with the run (spec hash {actual}, recorded {run.spec_hash})"
+        )
     return restored, None
+
+
+def earlier_renderings(
+    svc: Service, runs: tuple[Run, ...], settings: OperatorSettings, rev: str
+) -> list[str]:
+    """The revisions other than `rev` with a failed run whose recorded spec renders `rev`
+    with this operator, newest first: the service's spec as an earlier operator (or the
+    same one with other settings) rendered it when it was measured. Rendering, rather than
+    comparing the spec text, leaves out what is not in the pod template (replicas,
+    autoscaling, the thresholds), and reads a spec recorded before a field was added as
+    this operator reads it."""
+    out: list[str] = []
+    for run in sorted(runs, key=lambda r: r.created, reverse=True):
+        if run.verdict != FAILED or run.revision in (rev, *out):
+            continue
+        recorded = _with_recorded_spec(svc, run)
+        if recorded is not None and revision(render_pod_template(recorded, settings)) == rev:
+            out.append(run.revision)
+    return out
 
 
 def runs_to_prune(
@@ -259,11 +306,31 @@ def _judge(  # noqa: PLR0917 (one decision's six inputs)
 
 
 def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan:
-    """The benchmark lifecycle of one reconcile, from what observe() read."""
+    """The benchmark lifecycle of one reconcile, from what observe() read.
+
+    The spec's revision is its pod template as this operator renders it. Where that has no
+    run yet but the same spec was measured under an earlier rendering (an operator upgrade
+    or a setting such as the default image changed how every pod template renders) and
+    failed there in two runs, the rollback in force stays: the spec is the one that failed,
+    whatever it renders now (Plan.rendered_as says so). The rerun annotation, or a spec
+    that renders another revision, measures again as before."""
     bench = svc.spec.benchmark
     if not bench.enabled:
         return Plan()
     rev = revision(render_pod_template(svc, settings))
+    plan = _decide(svc, observed, settings, rev)
+    if bench.on_failure != "Rollback" or any(r.name == plan.run for r in observed.runs):
+        return plan
+    for earlier in earlier_renderings(svc, observed.runs, settings, rev):
+        kept = _decide(svc, observed, settings, earlier)
+        if kept.rolled_back_to is not None:
+            return dataclasses.replace(kept, rendered_as=rev)
+    return plan
+
+
+def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: str) -> Plan:
+    """decide(), with the runs of revision `rev` deciding."""
+    bench = svc.spec.benchmark
     observed_runs = {r.name: r for r in observed.runs}
     # the current run: the revision's, or its re-run's; a new one where it was superseded
     base = measured_again(svc, rev, observed_runs)
@@ -307,9 +374,14 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
             verdict = Verdict(failed_first, None, None)
 
     # roll back: the spec's revision failed its gates (confirmed); run the last one that
-    # passed until the spec changes, if its record re-renders to its revision
+    # passed until the spec changes, its recorded spec as this operator renders it (where
+    # that is another revision than the one measured: restored_as)
     target = verdict.rollback_to if verdict is not None else None
     restored, refused = restorable(svc, target, settings) if target is not None else (None, None)
+    restored_as = ""
+    if restored is not None and target is not None:
+        restored_as = revision(render_pod_template(restored, settings))
+        restored_as = "" if restored_as == target.revision else restored_as
 
     # start, resume or end the run measuring the revision; supersede the others still going
     dep = observed.deployment
@@ -355,6 +427,7 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
         rollout_done=rollout_done,
         confirming=confirming_why,
         confirmed=confirmation and target is not None,
+        restored_as=restored_as,
     )
 
 
@@ -365,6 +438,7 @@ __all__ = [
     "Start",
     "confirming",
     "decide",
+    "earlier_renderings",
     "measured_again",
     "restorable",
     "runs_to_prune",

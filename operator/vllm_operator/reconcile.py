@@ -59,6 +59,7 @@ from vllm_operator.status import (
     compute_status,
     invalid_spec_status,
     read_failed_status,
+    rendering_changed,
 )
 from vllm_operator.targeting import aim
 
@@ -239,7 +240,9 @@ def _pipeline(
             settings,
             _now(),
             bench=bench,
-            revision=plan.rolled_back_to or revision(render_pod_template(svc, settings)),
+            revision=plan.restored_as
+            or plan.rolled_back_to
+            or revision(render_pod_template(svc, settings)),
             monitoring_crds=seen.monitoring_crds,
             refused=tuple(refused),
             bench_refused=on_bench[0] if on_bench and bench is not None else None,
@@ -331,6 +334,8 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
         gated=svc.spec.benchmark.thresholds.any,
         confirming=plan.confirming,
         confirmed=plan.confirmed,
+        rendered_as=plan.rendered_as,
+        restored_as=plan.restored_as,
     )
 
 
@@ -386,4 +391,15 @@ def _events(
             warning = Event("Warning", c["reason"], c["message"])
             if warning not in events:  # (a refusal on Degraded and ChildrenSynced: one event)
                 events.append(warning)
+    # a rollback stays in force though this operator renders the pod templates differently
+    # now: said once (the rollback's own Warning, when it begins now, says it already)
+    was, now = old.get("benchmark") or {}, new.get("benchmark") or {}
+    anew = (now.get("renderedAs"), now.get("restoredAs"))
+    if (
+        any(anew)
+        and anew != (was.get("renderedAs"), was.get("restoredAs"))
+        and not any(e.reason == "BenchmarkRollback" for e in events)
+        and (message := rendering_changed(now))
+    ):
+        events.append(Event("Normal", "RenderingChanged", message))
     return events

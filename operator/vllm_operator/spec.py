@@ -1120,6 +1120,18 @@ class BenchmarkStatus(_Model):
     rolled_back_to: str | None = Field(
         default=None, description="Revision restored because this one failed its gates."
     )
+    rendered_as: str | None = Field(
+        default=None,
+        description="During a rollback: the spec's revision as this operator renders it, where "
+        "that is not `revision` (an operator upgrade or one of its settings changed how pod "
+        "templates render): the spec is still the one that failed as `revision`, so the "
+        "rollback stays in force.",
+    )
+    restored_as: str | None = Field(
+        default=None,
+        description="During a rollback: the revision rolledBackTo's recorded spec renders as "
+        "with this operator (what runs), where that is not rolledBackTo.",
+    )
 
 
 class AutoscalingStatus(_Model):

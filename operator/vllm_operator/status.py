@@ -276,7 +276,52 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
         out.update(fields)
     if bench.rolled_back_to:
         out["rolledBackTo"] = bench.rolled_back_to
+        if bench.rendered_as:
+            out["renderedAs"] = bench.rendered_as
+        if bench.restored_as:
+            out["restoredAs"] = bench.restored_as
     return {**out, **_measured(run)}, conds
+
+
+def _rendered_anew(bench: BenchView) -> str:
+    """During a rollback: what this operator renders differently from the one that measured
+    the revisions ("" when nothing)."""
+    parts = []
+    if bench.rendered_as:
+        parts.append(
+            f"the spec renders revision {bench.rendered_as} now, still the spec that failed"
+        )
+    if bench.restored_as:
+        parts.append(
+            f"revision {bench.rolled_back_to}'s recorded spec renders revision "
+            f"{bench.restored_as}, which runs now"
+        )
+    if not parts:
+        return ""
+    return (
+        "; this operator renders the pod templates differently (an upgrade or its settings): "
+        + ", and ".join(parts)
+    )
+
+
+def rendering_changed(benchmark: dict[str, Any]) -> str:
+    """The message of the one Event that says a rollback stays in force though this operator
+    renders the pod templates differently (status.benchmark's renderedAs and restoredAs;
+    "" when neither is set)."""
+    target = benchmark.get("rolledBackTo")
+    rendered, restored = benchmark.get("renderedAs"), benchmark.get("restoredAs")
+    parts = []
+    if rendered:
+        parts.append(f"the spec as revision {rendered} (it failed as {benchmark.get('revision')})")
+    if restored:
+        parts.append(f"revision {target}'s recorded spec as {restored}")
+    if not target or not parts:
+        return ""
+    return (
+        f"this operator renders {' and '.join(parts)}: the rollback to {target} stays in force "
+        f"(revision {restored or target} runs); the rerun-benchmark annotation measures the "
+        "spec as rendered now"
+    )
 
 
 def _passed(bench: BenchView, confirming: bool) -> tuple[Cond, dict[str, Any]]:
@@ -477,7 +522,8 @@ def compute_status(
                     f"{' in two runs' if bench.confirmed else ''} "
                     f"({'; '.join(bench.failures or ())}); rolled back to revision "
                     f"{bench.rolled_back_to} (its pod template only) until the spec renders "
-                    "another revision or the rerun-benchmark annotation changes",
+                    "another revision or the rerun-benchmark annotation changes"
+                    + _rendered_anew(bench),
                 )
             )
         elif bench.rollback_refused:

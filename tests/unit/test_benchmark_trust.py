@@ -31,6 +31,7 @@ from vllm_operator.render.benchmark import (
     render_result_configmap,
     render_run_record,
     revision,
+    spec_hash,
 )
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.render.service import endpoint
@@ -158,26 +159,38 @@ def test_a_failed_run_is_a_condition_and_one_warning_event() -> None:
     assert [e for e in outcome.events if e.type == "Warning"] == []
 
 
-def _run(svc: Service, spec_json: str, rev: str) -> Run:
-    return Run(rev, f"minimal-bench-{rev[:8]}", "t", "Complete", spec_json, verdict="Passed")
+def _run(svc: Service, spec_json: str, rev: str, recorded_hash: str = "") -> Run:
+    return Run(
+        rev,
+        f"minimal-bench-{rev[:8]}",
+        "t",
+        "Complete",
+        spec_json,
+        verdict="Passed",
+        spec_hash=recorded_hash,
+    )
 
 
-def test_a_recorded_spec_is_restored_only_when_it_renders_its_revision() -> None:
+def test_a_recorded_spec_is_restored_unless_it_was_edited_after_the_run() -> None:
     current = service("minimal", {"engine": {"maxModelLen": 4096}})
     old = service("minimal")
     old_rev = revision(render_pod_template(old, SETTINGS))
     old_json = old.spec.model_dump_json(by_alias=True, exclude_none=True)
-    restored, why = restorable(current, _run(old, old_json, old_rev), SETTINGS)
+    restored, why = restorable(current, _run(old, old_json, old_rev, spec_hash(old_json)), SETTINGS)
     assert why is None
     assert restored is not None
     assert restored.spec == old.spec
-    # a spec planted under another revision's name
+    # a spec planted in the record after the run (not the text its hash was recorded of)
     planted = service("minimal", {"image": "evil/image:1"}).spec.model_dump_json(by_alias=True)
-    restored, why = restorable(current, _run(old, planted, old_rev), SETTINGS)
+    restored, why = restorable(current, _run(old, planted, old_rev, spec_hash(old_json)), SETTINGS)
     assert restored is None
-    assert why is not None
-    assert why.startswith(
+    planted_rev = revision(
+        render_pod_template(service("minimal", {"image": "evil/image:1"}), SETTINGS)
+    )
+    assert why == (
         f"the record of revision {old_rev} (minimal-bench-{old_rev[:8]}-record) renders revision "
+        f"{planted_rev}, not {old_rev}, and its spec is not the one recorded with the run (spec "
+        f"hash {spec_hash(planted)}, recorded {spec_hash(old_json)})"
     )
     assert restorable(current, _run(old, "{", old_rev), SETTINGS)[1] == (
         f"the record of revision {old_rev} (minimal-bench-{old_rev[:8]}-record) does not parse: "
@@ -186,6 +199,23 @@ def test_a_recorded_spec_is_restored_only_when_it_renders_its_revision() -> None
     assert restorable(current, _run(old, "", old_rev), SETTINGS)[1] == (
         f"the record of revision {old_rev} (minimal-bench-{old_rev[:8]}-record) holds no spec"
     )
+
+
+def test_a_recorded_spec_is_restored_as_this_operator_renders_it() -> None:
+    """Issue 19, item 2: an operator upgrade (here: another default GPU image) renders the
+    recorded spec as another revision; it is restored all the same, with its hash intact or
+    recorded by an earlier version without one."""
+    current = service("minimal", {"engine": {"maxModelLen": 4096}})
+    old = service("minimal")
+    old_rev = revision(render_pod_template(old, SETTINGS))
+    old_json = old.spec.model_dump_json(by_alias=True, exclude_none=True)
+    upgraded = OperatorSettings(gpu_image="vllm/vllm-openai:v0.33.0")
+    assert revision(render_pod_template(old, upgraded)) != old_rev
+    for recorded_hash in (spec_hash(old_json), ""):
+        restored, why = restorable(current, _run(old, old_json, old_rev, recorded_hash), upgraded)
+        assert why is None
+        assert restored is not None
+        assert restored.spec == old.spec
 
 
 def test_an_unusable_rollback_record_is_a_condition_and_one_event() -> None:

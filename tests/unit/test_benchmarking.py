@@ -159,8 +159,9 @@ def test_a_stop_deletes_the_job_and_its_record_says_why_unless_a_result_landed()
     changes = carry_out(api, SVC, SETTINGS, plan)
     assert [(c.kind, c.name, c.action) for c in changes] == [("Job", running, "deleted")]
     assert job_path(running) not in api.objects
-    assert record(api, running) | {"spec.json": ""} == {
+    assert record(api, running) | {"spec.json": "", "specHash": ""} == {
         "spec.json": "",
+        "specHash": "",
         "state": "Failed",
         "message": SUPERSEDED,
     }

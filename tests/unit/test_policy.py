@@ -17,6 +17,7 @@ from vllm_operator.policy import (
     Start,
     confirming,
     decide,
+    earlier_renderings,
     runs_to_prune,
 )
 from vllm_operator.render.benchmark import (
@@ -24,6 +25,7 @@ from vllm_operator.render.benchmark import (
     REVISION_LABEL,
     revision,
     run_name,
+    spec_hash,
 )
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.settings import OperatorSettings
@@ -285,11 +287,14 @@ def test_a_failed_verdict_recorded_under_report_is_confirmed_before_a_rollback()
     )
 
 
-def test_a_rollback_target_whose_record_does_not_render_its_revision_is_refused() -> None:
+def test_a_rollback_target_whose_recorded_spec_was_edited_is_refused() -> None:
+    """The record's spec is not the text whose hash was recorded with the run, and it renders
+    another revision: never deployed (not taken for a rendering of this operator's)."""
     svc = with_spec(ROLLBACK)
     _, passed = good()
-    planted = Run(
-        **{**passed.__dict__, "spec_json": with_spec({"image": "evil:1"}).spec.model_dump_json()}
+    passed = dataclasses.replace(passed, spec_hash=spec_hash(passed.spec_json))
+    planted = dataclasses.replace(
+        passed, spec_json=with_spec({"image": "evil:1"}).spec.model_dump_json()
     )
     got = decide(svc, seen((planted, *confirmed_failure())), SETTINGS)
     assert got.restored is None
@@ -298,6 +303,10 @@ def test_a_rollback_target_whose_record_does_not_render_its_revision_is_refused(
     assert got.rollback_refused is not None
     assert got.rollback_refused.startswith(
         f"the record of revision {planted.revision} ({planted.name}-record) renders revision "
+    )
+    assert got.rollback_refused.endswith(
+        f"and its spec is not the one recorded with the run (spec hash "
+        f"{spec_hash(planted.spec_json)}, recorded {passed.spec_hash})"
     )
 
 
@@ -559,3 +568,141 @@ def test_the_deployment_names_the_revision_rolled_out_before_its_own() -> None:
     assert previous_revision(halfway, REV) == "bbbbbbbbbb"
     assert previous_revision(halfway, "bbbbbbbbbb") == ""  # never itself
     assert previous_revision(None, REV) == ""
+
+
+# ---- an operator that renders pod templates differently (issue 19, item 2) -----------------
+
+# the next release, or another default image in the operator's settings: every pod template
+# of the minimal sample (a GPU service without spec.image) renders another revision
+UPGRADED = OperatorSettings(gpu_image="vllm/vllm-openai:v0.33.0")
+REV_NOW = revision(render_pod_template(SVC, UPGRADED))
+RUN_NOW = run_name(SVC, REV_NOW)
+ROLLBACK_JSON = with_spec(ROLLBACK).spec.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def measured_before(**changes: Any) -> tuple[Run, Run]:
+    """The spec's two failed runs under the earlier rendering (REV), with its spec."""
+    return tuple(  # type: ignore[return-value]
+        dataclasses.replace(r, spec_json=ROLLBACK_JSON, **changes) for r in confirmed_failure()
+    )
+
+
+def test_the_earlier_renderings_of_the_spec_are_its_failed_runs_of_other_revisions() -> None:
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    first, second = measured_before()
+    assert REV_NOW != REV
+    runs = (passed, first, second)
+    assert earlier_renderings(svc, runs, UPGRADED, REV_NOW) == [REV]
+    # not the revision itself; not with the settings that rendered it: nothing changed
+    assert earlier_renderings(svc, runs, SETTINGS, REV) == []
+    # another spec's failed runs, a run without a spec or one that does not parse: no
+    other = with_spec({"engine": {"maxNumSeqs": 4}})
+    other_now = revision(render_pod_template(other, UPGRADED))
+    assert earlier_renderings(other, runs, UPGRADED, other_now) == []
+    bare = tuple(dataclasses.replace(r, spec_json="") for r in (first, second))
+    assert earlier_renderings(svc, bare, UPGRADED, REV_NOW) == []
+    broken = tuple(dataclasses.replace(r, spec_json="{") for r in (first, second))
+    assert earlier_renderings(svc, broken, UPGRADED, REV_NOW) == []
+    # a passed run is no earlier rendering that failed
+    passed_here = dataclasses.replace(passed, spec_json=ROLLBACK_JSON, revision="cccccccccc")
+    assert earlier_renderings(svc, (passed_here,), UPGRADED, REV_NOW) == []
+    # newest first, each revision once
+    older = dataclasses.replace(first, revision="dddddddddd", created="2030-01-01T00:00:30Z")
+    assert earlier_renderings(svc, (older, first, second), UPGRADED, REV_NOW) == [
+        REV,
+        "dddddddddd",
+    ]
+
+
+def test_a_rollback_stays_in_force_when_the_failed_spec_renders_another_revision() -> None:
+    """The spec failed in two runs as REV, A was restored; this operator renders the spec as
+    REV_NOW and A's recorded spec anew: A's spec as rendered now is restored, nothing starts,
+    and the plan says what renders differently."""
+    svc = with_spec(ROLLBACK)
+    old, passed = good()
+    first, second = measured_before()
+    a_now = revision(render_pod_template(old, UPGRADED))
+    got = decide(svc, seen((passed, first, second), dep=deployment(passed.revision)), UPGRADED)
+    assert got == plan(
+        run=CONFIRM_RUN,
+        failures=("outputTokensPerSecond 12 < minimum 50",),
+        rollback_to=passed,
+        restored=svc.model_copy(update={"spec": old.spec}),
+        confirmed=True,
+        rendered_as=REV_NOW,
+        restored_as=a_now,
+    )
+    assert got.rolled_back_to == passed.revision
+    # with the settings that measured it: the plan of before, nothing rendered anew
+    assert decide(svc, seen((passed, first, second)), SETTINGS) == dataclasses.replace(
+        got, rendered_as="", restored_as=""
+    )
+
+
+def test_a_target_rendered_anew_is_restored_for_a_spec_measured_now() -> None:
+    """A passed under the earlier rendering; the spec fails in two runs as this operator
+    renders it (REV_NOW): A's recorded spec renders another revision now, and is restored."""
+    svc = with_spec(ROLLBACK)
+    old, passed = good()
+    confirm_now = run_name(CONFIRM, REV_NOW)
+    first = dataclasses.replace(
+        failed_first(), revision=REV_NOW, name=RUN_NOW, confirmation=confirm_now
+    )
+    second = dataclasses.replace(
+        confirmed_failure()[1], revision=REV_NOW, name=confirm_now, spec_json=ROLLBACK_JSON
+    )
+    got = decide(svc, seen((passed, first, second), dep=deployment(REV_NOW)), UPGRADED)
+    assert got == plan(
+        revision=REV_NOW,
+        run=confirm_now,
+        failures=("outputTokensPerSecond 12 < minimum 50",),
+        rollback_to=passed,
+        restored=svc.model_copy(update={"spec": old.spec}),
+        confirmed=True,
+        restored_as=revision(render_pod_template(old, UPGRADED)),
+    )
+
+
+def test_the_spec_rendered_anew_is_measured_where_no_rollback_is_in_force() -> None:
+    """No confirmed failure with a target to keep: the new rendering rolls out and is
+    measured, as every rollout (the first run names it, once rolled out)."""
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    first, second = measured_before()
+    dep = deployment(REV_NOW)
+    measure_now = plan(
+        revision=REV_NOW, run=RUN_NOW, start=Start(RUN_NOW, REV_NOW), rollout_done=True
+    )
+    # the target's record holds no spec (a refused rollback: nothing is in force)
+    bare = dataclasses.replace(passed, spec_json="")
+    assert decide(svc, seen((bare, first, second), dep=dep), UPGRADED) == measure_now
+    # under Report nothing is ever rolled back
+    report = with_spec({"benchmark": {**GATES, "onFailure": "Report"}})
+    assert decide(report, seen((passed, first, second), dep=dep), UPGRADED) == measure_now
+    # the spec passed as REV: it is measured as rendered now
+    ok = dataclasses.replace(first, verdict=PASSED)
+    assert decide(svc, seen((passed, ok), dep=dep), UPGRADED) == measure_now
+    # only its first run failed (its confirmation was stopped by the new rollout)
+    assert decide(svc, seen((passed, first), dep=dep), UPGRADED).start == Start(RUN_NOW, REV_NOW)
+
+
+def test_the_rerun_annotation_or_a_run_of_the_new_rendering_ends_it() -> None:
+    svc = with_spec(ROLLBACK)
+    _, passed = good()
+    first, second = measured_before()
+    dep = deployment(REV_NOW)
+    # a new rerun token: its runs of REV do not exist; the spec is measured as rendered now
+    rerun = svc.model_copy(update={"rerun": "again"})
+    named = run_name(rerun, REV_NOW)
+    got = decide(rerun, seen((passed, first, second), dep=dep), UPGRADED)
+    assert (got.revision, got.start, got.rolled_back_to, got.rendered_as) == (
+        REV_NOW,
+        Start(named, REV_NOW, "again"),
+        None,
+        "",
+    )
+    # once the new rendering has a run (measured since), its runs decide
+    now = run(REV_NOW, name=RUN_NOW, tps=60, verdict=PASSED, created="2030-01-01T00:07:00Z")
+    got = decide(svc, seen((passed, first, second, now), dep=dep), UPGRADED)
+    assert (got.revision, got.run, got.failures, got.rolled_back_to) == (REV_NOW, RUN_NOW, (), None)

@@ -22,6 +22,9 @@ RECORD_COMPONENT = "benchmark-record"
 REVISION_LABEL = f"{GROUP}/revision"
 RESULT_KEY = "result.json"
 SPEC_KEY = "spec.json"
+# beside it: a hash of that text (spec_hash), so that a spec edited in the record after the
+# run is told apart from one the operator renders differently now (policy.restorable)
+SPEC_HASH_KEY = "specHash"
 STATE_KEY = "state"
 MESSAGE_KEY = "message"
 VERDICT_KEY = "verdict"
@@ -45,6 +48,11 @@ def revision(pod_template: dict[str, Any]) -> str:
     """A stable id of what runs: a hash of the rendered pod template."""
     body = json.dumps(pod_template, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(body).hexdigest()[:10]
+
+
+def spec_hash(spec_json: str) -> str:
+    """What the user asked for, as recorded with a run: a hash of the spec's JSON text."""
+    return hashlib.sha256(spec_json.encode()).hexdigest()[:16]
 
 
 def run_name(svc: Service, rev: str) -> str:
@@ -108,11 +116,12 @@ def render_run_record(
     svc: Service, rev: str, target: Target | None = None, served_before: str = ""
 ) -> dict[str, Any]:
     """Created with the run, before the Job: the spec of the revision (what a rollback
-    restores, re-rendered and checked against `rev` first), the pod the run measures, and the
-    revision that served before this one was rolled out (`served_before`). The
-    operator later merges the verdict into it, and the state of a run it ended (superseded,
-    no result, its pod gone)."""
-    data = {SPEC_KEY: svc.spec.model_dump_json(by_alias=True, exclude_none=True)}
+    restores, re-rendered by the operator of that moment) and its hash, the pod the run
+    measures, and the revision that served before this one was rolled out
+    (`served_before`). The operator later merges the verdict into it, and the state of a run
+    it ended (superseded, no result, its pod gone)."""
+    spec_json = svc.spec.model_dump_json(by_alias=True, exclude_none=True)
+    data = {SPEC_KEY: spec_json, SPEC_HASH_KEY: spec_hash(spec_json)}
     if target is not None:
         data |= {
             TARGET_POD_KEY: target.pod,
