@@ -13,9 +13,12 @@ where nothing changed writes nothing here either.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from vllm_operator.apply import Change, Writer
+from vllm_operator.benchresult import SUMMARY_KEY
+from vllm_operator.gates import Run
 from vllm_operator.policy import Plan, Record, Start
 from vllm_operator.render.benchmark import (
     RESULT_KEY,
@@ -48,13 +51,28 @@ def render_start(svc: Service, settings: OperatorSettings, start: Start) -> list
     return manifests
 
 
-def carry_out(writer: Writer, svc: Service, settings: OperatorSettings, plan: Plan) -> list[Change]:
-    """Stops, records, starts and prunes, as planned. Returns what changed."""
+def summaries(runs: Iterable[Run]) -> list[Record]:
+    """The summaries the history found missing (observe.history: a run seen finished for the
+    first time, or one recorded before records kept summaries), each into its run's record:
+    one write per run, ever. Pure."""
+    return [Record(r.name, r.revision, {SUMMARY_KEY: r.summary}) for r in runs if r.summary]
+
+
+def carry_out(
+    writer: Writer,
+    svc: Service,
+    settings: OperatorSettings,
+    plan: Plan,
+    runs: Iterable[Run] = (),
+) -> list[Change]:
+    """Stops, records (the summaries of `runs`, the history, first), starts and prunes, as
+    planned. Returns what changed."""
     changes: list[Change] = []
     for job in plan.stop:
         if writer.delete("batch/v1", "Job", svc.namespace, job, propagation="Foreground"):
             changes.append(Change("Job", job, "deleted"))
-    for record in plan.record:
+    pruned = set(plan.prune)
+    for record in (*(s for s in summaries(runs) if s.run not in pruned), *plan.record):
         _write_record(writer, svc, record)
     if plan.start is not None:
         # its ConfigMaps and Job as the watch cache holds them (new ones: absent, no GET;

@@ -22,7 +22,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from vllm_operator.render.benchmark import MESSAGE_KEY, RESULT_KEY, STATE_KEY
+from vllm_operator import GROUP
+from vllm_operator.render.benchmark import COMPONENT, MESSAGE_KEY, RESULT_KEY, STATE_KEY
 
 # the CRD's enum of status.benchmark.state (spec.BenchmarkStatus.state)
 RUN_STATES = ("Running", "Complete", "Failed")
@@ -145,3 +146,70 @@ def read_job_report(data: dict[str, Any]) -> JobReport:
 
 def _runner_errors(document: ResultDocument) -> str:
     return "; ".join(f"{e.scenario}: {e.message}" for e in (document.errors or [])[:3])
+
+
+# In the run's record (the operator's own, small ConfigMap): the run's report as first seen
+# finished, with only the keys of its result the operator reads. A run is summarized once;
+# from then on every reconcile reads the summary, never the result again (a result is up to
+# ~900 KB, and the watch cache does not hold it: informer.TRIMMED).
+SUMMARY_KEY = "summary.json"
+# on a Job's ConfigMap as the watch cache holds it: its result.json was left out (the cache
+# keeps the small keys: state, message); a reader that needs the result GETs the ConfigMap
+LEFT_OUT_ANNOTATION = f"{GROUP}/left-out-of-cache"
+
+
+def trim(configmap: dict[str, Any]) -> dict[str, Any]:
+    """A Job's ConfigMap as the watch cache keeps it: without its result (in place). Every
+    other object, the run's record included, is kept whole."""
+    labels = configmap.get("metadata", {}).get("labels") or {}
+    data = configmap.get("data") or {}
+    if labels.get("app.kubernetes.io/component") == COMPONENT and RESULT_KEY in data:
+        del data[RESULT_KEY]
+        annotations = configmap["metadata"].get("annotations") or {}
+        configmap["metadata"]["annotations"] = annotations | {LEFT_OUT_ANNOTATION: RESULT_KEY}
+    return configmap
+
+
+def left_out(configmap: dict[str, Any]) -> bool:
+    """Whether the watch cache left this ConfigMap's result out (trim)."""
+    annotations = configmap.get("metadata", {}).get("annotations") or {}
+    return annotations.get(LEFT_OUT_ANNOTATION) == RESULT_KEY
+
+
+class _Summary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    state: Text
+    message: Text
+    created: Text = ""
+    result: ResultDocument | None = None
+
+
+def brief(report: JobReport) -> JobReport:
+    """The report with its result cut to the keys the operator reads (ResultDocument, the
+    runner's errors aside: the message already quotes them)."""
+    if report.result is None:
+        return report
+    document = ResultDocument.model_validate(report.result)
+    slim = document.model_dump(by_alias=True, exclude_none=True, exclude={"errors"})
+    return JobReport(report.state, report.message, slim)
+
+
+def summarize(report: JobReport, created: str) -> str:
+    """The summary of a run (`created`: its ConfigMap's creationTimestamp, the history's
+    order), as the record keeps it."""
+    body = {"state": report.state, "message": report.message, "created": created}
+    return json.dumps(body | {"result": brief(report).result}, separators=(",", ":"))
+
+
+def read_summary(text: str) -> tuple[JobReport, str] | None:
+    """A record's summary as (the report, the run's creationTimestamp); None when the record
+    has none, or one that is not a summary (then the run's result is read again)."""
+    try:
+        summary = _Summary.model_validate_json(text)
+    except ValidationError:
+        return None
+    if summary.state not in RUN_STATES:
+        return None
+    result = summary.result.model_dump(by_alias=True, exclude_none=True) if summary.result else None
+    return JobReport(summary.state, clip(summary.message), result), summary.created

@@ -103,6 +103,7 @@ class Run:
     confirmation: str = ""  # a Failed verdict: the run that measures the revision again
     served_before: str = ""  # the revision rolled out before this one, as the run started
     spec_hash: str = ""  # the record's hash of spec_json ("": recorded by an earlier version)
+    summary: str = ""  # the summary its record lacks, to write (observe.history): "" if none
 
     @property
     def headline(self) -> Headline:

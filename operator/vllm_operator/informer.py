@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from vllm_operator import metrics
+from vllm_operator.benchresult import trim
 from vllm_operator.kube import Kube, _path
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL
 
@@ -43,6 +44,15 @@ WATCHED: tuple[tuple[str, str, bool], ...] = (
 )
 
 Key = tuple[str, str]
+
+# What the cache leaves out of an object, as a transform (controller-runtime's
+# cache.TransformFunc): a benchmark Job's result.json (up to ~900 KB; a lab result is 366 KB)
+# is read once, when its run is first seen finished, and then never again (its summary in
+# the run's record is); kept, a thousand services' history is gigabytes in the cache and
+# in every list's deep copy. Applied to each page of a list and to each event as it arrives.
+TRIMMED: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"ConfigMap": trim}
+# a smaller list page where one object may be ~1 MB (a page is held whole until trimmed)
+PAGE_SIZE = {"ConfigMap": 50}
 
 # Labels the cache indexes (per namespace): every list the reconcile makes selects on one of
 # them (the service label; the pods' instance label), so a list costs what the service owns,
@@ -115,11 +125,13 @@ def _key(obj: dict[str, Any]) -> Key:
 
 def _slim(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     """The object as a GET returns it (list items carry no apiVersion/kind), without
-    managedFields (the biggest part of most objects, and never read by the operator)."""
+    managedFields (the biggest part of most objects, and never read by the operator) and
+    what TRIMMED leaves out."""
     obj["metadata"].pop("managedFields", None)
     obj.setdefault("apiVersion", api_version)
     obj.setdefault("kind", kind)
-    return obj
+    transform = TRIMMED.get(kind)
+    return transform(obj) if transform is not None else obj
 
 
 class Informer:
@@ -250,17 +262,19 @@ class Informer:
 
     def _list(self) -> None:
         items: list[dict[str, Any]] = []
-        query = [("labelSelector", self.selector), ("limit", str(self.page_size))]
+        size = min(self.page_size, PAGE_SIZE.get(self.kind, self.page_size))
+        query = [("labelSelector", self.selector), ("limit", str(size))]
         page: dict[str, Any] = {}
         while True:
             cont = page.get("metadata", {}).get("continue")
             page = self.kube._call(
                 "GET", self.path, query=query + ([("continue", cont)] if cont else [])
             )
-            items += page.get("items", [])
+            items += [_slim(o, self.api_version, self.kind) for o in page.get("items", [])]
+            page["items"] = []  # (trimmed: the page's whole objects are not kept)
             if not page.get("metadata", {}).get("continue"):
                 break
-        fresh = {_key(o): _slim(o, self.api_version, self.kind) for o in items}
+        fresh = {_key(o): o for o in items}
         with self._lock:
             old, self._store, self._index = self._store, {}, {}
             for key, obj in fresh.items():

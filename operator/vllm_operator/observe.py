@@ -7,7 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_operator.apply import Writer, written_generation
-from vllm_operator.benchresult import RUN_STATES, clip, read_job_report
+from vllm_operator.benchresult import (
+    RUN_STATES,
+    SUMMARY_KEY,
+    brief,
+    clip,
+    left_out,
+    read_job_report,
+    read_summary,
+    summarize,
+)
 from vllm_operator.gates import CONFIRMATION_KEY, Run
 from vllm_operator.observed import (
     MESSAGE_TAIL,
@@ -123,7 +132,9 @@ def history(writer: Writer, svc: Service) -> list[Run]:
     its record (the operator's: spec, verdict, a state the operator decided). A ConfigMap the
     Job filled with something invalid (a result that is not JSON, a headline value that is not
     a number, a state outside the CRD's enum) fails the run, with the key and the bad value as
-    its message (benchresult.py; never an exception, never a silent skip)."""
+    its message (benchresult.py; never an exception, never a silent skip). A finished run's
+    report is read from the summary its record keeps (Run.summary: one to write, the first
+    time the run is seen finished), never from its result again."""
     selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/name=vllm-bench"
     items = [
         cm
@@ -140,9 +151,15 @@ def history(writer: Writer, svc: Service) -> list[Run]:
     for cm in items:
         if cm["metadata"]["labels"].get(component) != COMPONENT:
             continue
-        data = cm.get("data") or {}
         record = records.get(record_name(cm["metadata"]["name"]), {})
-        report = read_job_report(data)  # validated: what the benchmark pod wrote is input
+        created = cm["metadata"].get("creationTimestamp", "")
+        summary, pending = read_summary(record.get(SUMMARY_KEY, "")), ""
+        if summary is not None:  # summarized once: the result is never read again
+            report, created = summary[0], summary[1] or created
+        else:
+            report = brief(read_job_report(_job_data(writer, cm)))  # validated: input
+            if report.state != "Running" or record.get(STATE_KEY):  # final: summarize it
+                pending = summarize(report, created)
         result, state, message = report.result, report.state, report.message
         if record.get(STATE_KEY):  # the operator ended this run: its word is final
             state, message = record[STATE_KEY], clip(record.get(MESSAGE_KEY, ""))
@@ -152,7 +169,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
             Run(
                 revision=cm["metadata"]["labels"].get(REVISION_LABEL, ""),
                 name=cm["metadata"]["name"],
-                created=cm["metadata"].get("creationTimestamp", ""),
+                created=created,
                 state=state,
                 spec_json=record.get(SPEC_KEY, ""),
                 result=result,
@@ -163,9 +180,20 @@ def history(writer: Writer, svc: Service) -> list[Run]:
                 confirmation=record.get(CONFIRMATION_KEY, ""),
                 served_before=record.get(SERVED_BEFORE_KEY, ""),
                 spec_hash=record.get(SPEC_HASH_KEY, ""),
+                summary=pending,
             )
         )
     return sorted(runs, key=lambda r: r.created)
+
+
+def _job_data(writer: Writer, cm: dict[str, Any]) -> dict[str, Any]:
+    """The Job's ConfigMap's data with its result: the watch cache leaves the result out
+    (benchresult.trim), so a run with one not yet summarized reads it from the API server,
+    once (its summary is written in the same reconcile)."""
+    if left_out(cm):
+        meta = cm["metadata"]
+        cm = writer.get("v1", "ConfigMap", meta["namespace"], meta["name"]) or cm
+    return cm.get("data") or {}
 
 
 def pod_exit(pods: list[dict[str, Any]]) -> str:

@@ -259,7 +259,7 @@ def _pipeline(
         reported = status_of(now, old_status)
         _write_status(writer, meta, old_status, reported)
     try:
-        changes += carry_out(writer, svc, settings, plan)
+        changes += carry_out(writer, svc, settings, plan, seen.runs)
     except ApplyError as exc:
         if not _refusal(exc):
             raise
