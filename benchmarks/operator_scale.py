@@ -687,6 +687,7 @@ class Bench:
     resync: float
     periods: int
     services_total: int = 0
+    result_bytes: int = 0  # --result-bytes: each run's published result.json (0: none)
 
     @property
     def pid(self) -> int:
@@ -847,6 +848,40 @@ class Bench:
         print(f"# plain Deployments {size}: {json.dumps(result)}", flush=True)
         return result
 
+    def publish(self, ns: str, names: list[str], timeout: float) -> dict[str, Any]:
+        """What each service's benchmark Job would do, were its pod real (kwok's pods run
+        nothing): patch the run's result ConfigMap with state Complete and a result.json of
+        `result_bytes`, as the Job's own account may. Waits for each run's ConfigMap first (the
+        operator starts a run as its service turns Ready)."""
+        core = client.CoreV1Api(self.api)
+        selector = "app.kubernetes.io/component=benchmark,app.kubernetes.io/name=vllm-bench"
+        deadline, runs = time.monotonic() + timeout, {}
+        while time.monotonic() < deadline:
+            runs = {
+                cm.metadata.labels.get("serving.vllm-operator.dev/service", ""): cm.metadata.name
+                for cm in core.list_namespaced_config_map(ns, label_selector=selector).items
+            }
+            if len(runs) >= len(names):
+                break
+            time.sleep(2)
+        body = json.dumps(realistic_result(self.result_bytes))
+        t0 = time.monotonic()
+
+        def patch(run: str) -> None:
+            core.patch_namespaced_config_map(
+                run, ns, {"data": {"state": "Complete", "result.json": body}}
+            )
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(patch, runs.values()))
+        out = {
+            "runs": len(runs),
+            "bytes_each": len(body),
+            "seconds": round(time.monotonic() - t0, 1),
+        }
+        print(f"# published results: {out}", flush=True)
+        return out
+
     def batch(self, size: int, timeout: float) -> dict[str, Any]:
         """`size` services applied at once in a namespace of their own, then a no-op window."""
         ns = f"fleet-{size}"
@@ -880,6 +915,7 @@ class Bench:
         to_write = [first_write[n] - created[n] for n in names if n in first_write]
         write_to_ready = [at[n] - first_write[n] for n in names if n in first_write and n in at]
         stages = rollout_stages(self.audit.steps, ns, created, first_write, watcher.ready_wall)
+        published = self.publish(ns, names, timeout) if self.result_bytes else None
         settle = self.settle(quiet=20.0, limit=300)
         last = settle.pop("last_write")
         result: dict[str, Any] = {
@@ -925,11 +961,39 @@ class Bench:
             "converged_seconds": round(last - wall0, 1) if last else None,
             "settle": settle,
             "operator_rss_mib_converged": rss_mib(self.pid),
+            "published_results": published,
         }
         print(f"# batch {size}: {json.dumps(result)}", flush=True)
         result["noop_resync"] = self.noop_window()
         result["operator_rss_mib_after_noop"] = rss_mib(self.pid)
         return result
+
+
+def realistic_result(size: int) -> dict[str, Any]:
+    """A result.json of the runner's shape (vllm_bench/schema/result.schema.json: status,
+    headline, liveLoad, scenarios with their raw samples) of about `size` bytes: a lab
+    result with its samples is 366 KB; the samples are the bulk."""
+    doc: dict[str, Any] = {
+        "status": "ok",
+        "finishedAt": "2026-12-01T12:00:00Z",
+        "headline": {
+            "kvCacheTokens": 183424,
+            "maxConcurrencyAtMaxModelLen": 44.8,
+            "outputTokensPerSecond": 1873.5,
+            "batchingSpeedup": 6.1,
+            "prefixTtftSpeedup": 2.4,
+            "prefixHitRate": 0.93,
+            "ttftP50Seconds": 0.081,
+            "ttftP95Seconds": 0.204,
+        },
+        "liveLoad": {"foreignRequests": 0, "peakForeignInFlight": 0, "quiet": True},
+        "scenarios": [],
+    }
+    sample = {"ttftSeconds": 0.0812, "latencySeconds": 1.9431, "outputTokens": 128, "ok": True}
+    per = len(json.dumps(sample)) + 2
+    n = max(size - len(json.dumps(doc)), 0) // per
+    doc["scenarios"] = [{"name": "throughput", "samples": [dict(sample) for _ in range(n)]}]
+    return doc
 
 
 def table(results: dict[str, Any]) -> str:
@@ -984,6 +1048,13 @@ def main() -> int:
         default=0,
         help="first roll out this many plain Deployments of the same pods, without the "
         "operator (the cluster's own time: the floor under the services' Ready time)",
+    )
+    parser.add_argument(
+        "--result-bytes",
+        type=int,
+        default=0,
+        help="as each batch is Ready, publish a result.json of this size into every run's "
+        "result ConfigMap (what its Job would: kwok's pods run nothing); a lab result is 366000",
     )
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
@@ -1055,7 +1126,9 @@ def main() -> int:
             t = time.monotonic()
             op.start(timeout=300)
             results["operator_start_seconds"] = round(time.monotonic() - t, 1)
-            bench = Bench(cluster, api, op, audit, args.resync, args.periods)
+            bench = Bench(
+                cluster, api, op, audit, args.resync, args.periods, result_bytes=args.result_bytes
+            )
             try:
                 time.sleep(10)
                 results["operator_rss_mib_idle"] = rss_mib(bench.pid)
