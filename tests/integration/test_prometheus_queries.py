@@ -100,7 +100,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_every_rule_and_dashboard_query_returns_data(prometheus: str) -> None:
     exprs = all_queries(NS, SVC, conditions=False)
-    assert len(exprs) == 37
+    assert len(exprs) == 39  # the band records the queue sum and the pod count too (2 rules)
     empty = without_data(prometheus, exprs)
     assert not empty, f"queries without data: {empty}"
 
