@@ -36,6 +36,10 @@ Usage:
       [--unrelated-configmaps 10000] [--unrelated-deployments 1000] [--resync 60]
       [--operator-source REV] [--label before] [--out benchmarks/results/operator/x.json]
 
+`--result-bytes 366000` publishes, as each batch turns Ready, a runner-shaped result.json of
+that size (a lab result's) into every run's result ConfigMap with state Complete: what each
+benchmark Job would do, were kwok's pods real. Without it no service has a result.
+
 `--controller-qps Q --controller-workers W` give kube-controller-manager the client rate and
 the Deployment/ReplicaSet/Job workers of a control plane sized for fleets (its defaults, 20
 requests/s and 5 workers each, alone take 20+ s to roll out 100 Deployments on this machine);
