@@ -8,6 +8,7 @@ cluster is stopped at the end. The vLLM server is started once for the `vllm` te
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,15 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # pods are refused until the ServiceAccount controller has made "default" in it (seconds
+    # on a loaded machine)
+    deadline = time.monotonic() + 60
+    while not core.list_namespaced_service_account(
+        name, field_selector="metadata.name=default"
+    ).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no default ServiceAccount in {name} after 60 s")
+        time.sleep(0.2)
     yield name
     core.delete_namespace(name)
 

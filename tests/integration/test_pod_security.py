@@ -44,6 +44,13 @@ def pss_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iter
         f"pod-security.kubernetes.io/enforce={request.param}",
         "pod-security.kubernetes.io/enforce-version=latest",
     )
+    # pods are refused until the ServiceAccount controller has made "default" (seconds, on a
+    # loaded machine: CI saw "serviceaccount default not found")
+    wait_for(
+        f"the default ServiceAccount of {name}",
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False),
+        timeout=60,
+    )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
