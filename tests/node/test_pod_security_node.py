@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.support import items, sample
+from tests.support import items, sample, wait_for
 from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess, install
+from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
 
 pytestmark = pytest.mark.node
 NAME = "tiny-restricted"
@@ -107,3 +110,84 @@ def test_the_cpu_image_serves_as_non_root_under_restricted(
     done = _post(f"{base}/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 8})
     assert done["usage"]["completion_tokens"] == 8
     print(f"\nserved as uid {uid} under restricted; HOME {home} holds {listing}")
+
+
+# What vLLM, torch and Triton write at start-up, asked for as the server would: the user name
+# (torch < 2.13's inductor cache, getpass.getuser()), the inductor and Triton caches, vLLM's
+# and FlashInfer's caches under ~/.cache, the Hugging Face cache; torch's own cache lookups
+PROBE = """
+import getpass, os, pathlib
+print("user", getpass.getuser(), os.getuid(), flush=True)
+home = pathlib.Path(os.environ["HOME"])
+for path in (os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"],
+             home / ".cache" / "vllm", home / ".cache" / "flashinfer", os.environ["HF_HOME"]):
+    p = pathlib.Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    (p / "probe").write_text("x")
+import torch._inductor.codecache, torch._dynamo.convert_frame
+print("ok", flush=True)
+"""
+
+
+def _probe_pod(
+    lc: LocalCluster, ns: str, name: str, uid: int, *, without_between: bool = False
+) -> tuple[str, str]:
+    """The operator's rendered pod template (a service whose HF cache mount lies inside
+    HOME), with the server's command replaced by PROBE, run once as `uid` (no passwd entry in
+    the image for it). `without_between`: the rendering before the fix (no emptyDir at the
+    folders between HOME and a mount below it). (phase, log)."""
+    body = sample("tiny-cpu")
+    body["metadata"].update(name=name, namespace=ns, uid="u", generation=1)
+    body["spec"]["modelCache"] = {"type": "EmptyDir"}  # HF_HOME=/root/.cache/huggingface
+    settings = OperatorSettings(cpu_image="localhost/vllm-cpu:0.32.0")
+    template = render_pod_template(Service.from_body(body), settings)
+    spec = template["spec"]
+    (ctr,) = spec["containers"]
+    ctr.update(command=["python3", "-c", PROBE], args=[])
+    # a probe, not a server: room beside the other pods of the real node
+    ctr["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        ctr.pop(probe, None)
+    ctr.pop("lifecycle", None)
+    if without_between:
+        between = {v["name"] for v in spec["volumes"] if v["name"].startswith("home-")}
+        assert between, "the rendering has no folder between HOME and a mount: nothing to drop"
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in between]
+        ctr["volumeMounts"] = [m for m in ctr["volumeMounts"] if m["name"] not in between]
+    spec["securityContext"].update(runAsUser=uid, runAsGroup=uid, fsGroup=uid)
+    spec["restartPolicy"] = "Never"
+    spec["volumes"] = [
+        v if v["name"] != "model" else {"name": "model", "emptyDir": {}} for v in spec["volumes"]
+    ]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    lc.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(pod))
+
+    def finished() -> str | None:
+        got = json.loads(lc.kubectl("get", "pod", name, "-n", ns, "-o", "json"))
+        phase = got.get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for(f"pod {name} to finish", finished, timeout=300, every=1)
+    return phase, lc.kubectl("logs", "-n", ns, name)
+
+
+@pytest.mark.timeout(900)
+def test_the_rendered_pod_starts_as_any_uid_without_a_passwd_entry(
+    restricted_namespace: tuple[LocalCluster, str],
+) -> None:
+    """On a real kubelet and runc, under Pod Security restricted: the uid the operator sets
+    (65532) and an arbitrary one as OpenShift assigns (1000680000), neither in the image's
+    passwd, find a user name and can write every cache vLLM, torch and Triton create at start.
+    The positive control: without the emptyDir at /root/.cache (the rendering before the H200
+    run found it), runc creates that folder as root to mount the HF cache into, and the cache
+    writes fail."""
+    lc, ns = restricted_namespace
+    for uid in (65532, 1000680000):
+        phase, log = _probe_pod(lc, ns, f"probe-{uid}", uid)
+        assert phase == "Succeeded", log
+        assert f"user vllm {uid}" in log, log
+        assert log.strip().endswith("ok"), log
+    phase, log = _probe_pod(lc, ns, "probe-before-fix", 1000680000, without_between=True)
+    assert phase == "Failed", log
+    assert "PermissionError" in log, log
+    assert "/root/.cache" in log, log
