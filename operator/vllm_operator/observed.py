@@ -121,6 +121,13 @@ def _age(pod: dict[str, Any], now: dt.datetime) -> float | None:
     return (now - stamp).total_seconds()
 
 
+def _no_room(message: str) -> bool:
+    """The scheduler's message says only resources are short on the nodes that would take
+    the pod ("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint"
+    counts: the tainted ones are not candidates), and no node fits for want of room."""
+    return "Insufficient " in message or "Too many pods" in message
+
+
 def _crashed(cs: dict[str, Any]) -> PodProblem | None:
     """A container that is not ready and whose last run ended in failure: a crash loop,
     also while the kubelet has just restarted it (state running, not ready yet), with the
@@ -159,9 +166,12 @@ def pod_problems(
             continue  # a finished pod (evicted, its node gone) is replaced, not in the way
         for cond in status.get("conditions", []):
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                problem = PodProblem(name, "Unschedulable", cond.get("message", ""))
+                message = str(cond.get("message", ""))
+                problem = PodProblem(name, "Unschedulable", message)
                 age = _age(pod, now)
-                in_grace = age is not None and age < grace
+                # only a lack of room can free up (a stopping pod, a scale-down elsewhere):
+                # no node matching the selector, or an untolerated taint, is Degraded at once
+                in_grace = age is not None and age < grace and _no_room(message)
                 (waiting if in_grace else problems).append(problem)
         for cs in status.get("containerStatuses", []):
             crashed = _crashed(cs)

@@ -863,3 +863,14 @@ def test_a_failed_benchmark_job_carries_its_runner_s_own_message() -> None:
         "(Error): vllm-bench run: error: unrecognized arguments: --URL=x"
     )
     assert job_state(job).failed_message == "Job has reached the specified backoff limit"
+
+
+def test_an_unschedulable_pod_that_no_node_can_ever_take_is_degraded_at_once() -> None:
+    """Waiting helps only when room is short; a node selector that matches no node (or an
+    untolerated taint alone) is a configuration error: Degraded with its Warning at once."""
+    pod = _unschedulable(5)
+    pod["status"]["conditions"][0]["message"] = (
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    )
+    problems, waiting = pod_problems([pod], NOW)
+    assert ([p.reason for p in problems], waiting) == (["Unschedulable"], ())
