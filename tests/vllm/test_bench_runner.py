@@ -216,7 +216,8 @@ def test_plots_and_html_report(full_run: dict[str, Any]) -> None:
     out: Path = full_run["out"]
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == [
-        "latency_per_request.png", "naive_vs_vllm.png", "prefix_ttft.png", "queue_depth.png",
+        "cold_vs_warm.png", "concurrent_requests.png", "latency_per_request.png",
+        "naive_vs_vllm.png", "prefix_ttft.png", "queue_depth.png", "serial_vs_concurrent.png",
         "throughput_vs_concurrency.png", "token_timeline.png",
     ]  # fmt: skip
     for name in pngs:
