@@ -184,3 +184,12 @@ def rolled_out(api: FakeApi, namespace: str = "ns", name: str = "minimal") -> No
             },
         },
     )
+
+
+def publish(api: FakeApi, run: str, tps: float, namespace: str = "ns") -> None:
+    """Run `run`'s Job publishes a result (headline tok/s `tps`) and succeeds."""
+    cm = api.objects[_path("v1", "ConfigMap", namespace, run)]
+    cm["data"]["result.json"] = json.dumps(
+        {"status": "ok", "headline": {"outputTokensPerSecond": tps}}
+    )
+    api.objects[_path("batch/v1", "Job", namespace, run)]["status"] = {"succeeded": 1}

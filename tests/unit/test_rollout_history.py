@@ -5,11 +5,10 @@ comes back (item 6), and a failure rolls back to what served before it (item 5).
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi, rolled_out
+from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
 from vllm_operator.observe import history
@@ -48,14 +47,6 @@ def roll_to(api: FakeApi, seqs: int, **bench: Any) -> None:
     reconciled(api)
     rolled_out(api)
     reconciled(api)
-
-
-def publish(api: FakeApi, run: str, tps: float) -> None:
-    cm = api.objects[_path("v1", "ConfigMap", "ns", run)]
-    cm["data"]["result.json"] = json.dumps(
-        {"status": "ok", "headline": {"outputTokensPerSecond": tps}}
-    )
-    api.objects[_path("batch/v1", "Job", "ns", run)]["status"] = {"succeeded": 1}
 
 
 def test_a_revision_whose_run_was_superseded_is_measured_when_it_comes_back() -> None:

@@ -9,11 +9,10 @@ change)."""
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi, rolled_out
+from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
 from vllm_operator.policy import confirming
@@ -54,14 +53,6 @@ def roll_to(api: FakeApi, seqs: int) -> None:
     reconciled(api)
     rolled_out(api)
     reconciled(api)
-
-
-def publish(api: FakeApi, run: str, tps: float) -> None:
-    cm = api.objects[_path("v1", "ConfigMap", "ns", run)]
-    cm["data"]["result.json"] = json.dumps(
-        {"status": "ok", "headline": {"outputTokensPerSecond": tps}}
-    )
-    api.objects[_path("batch/v1", "Job", "ns", run)]["status"] = {"succeeded": 1}
 
 
 def cond(api: FakeApi, kind: str) -> dict[str, Any]:
