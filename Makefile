@@ -85,13 +85,12 @@ DEPLOY_PLAIN := deploy/rbac.yaml deploy/admission-policy.yaml deploy/operator.ya
 generate: venv ## regenerate the CRD (crds/ and the chart), deploy/monitoring/ from the code, deploy/*.yaml from the chart
 	$(PY) -m vllm_operator.crdgen crds/vllmservices.yaml $(CHART)/files/crds/vllmservices.yaml
 	$(PY) -m vllm_operator.monitoringgen deploy/monitoring
-	cp crds/kopf-peering.yaml $(CHART)/crds/kopf-peering.yaml
 	cp $(addprefix deploy/monitoring/,$(CHART_MONITORING)) $(CHART)/files/monitoring/
 	$(PY) -m vllm_localenv.deploygen deploy
 
 .PHONY: check-generated
 check-generated: generate ## fail when generated files differ from what is committed
-	git diff --exit-code -- crds/ deploy/monitoring/ $(DEPLOY_PLAIN) $(CHART)/files/ $(CHART)/crds/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
+	git diff --exit-code -- crds/ deploy/monitoring/ $(DEPLOY_PLAIN) $(CHART)/files/ || { echo "generated files drifted: run make generate and commit"; exit 1; }
 
 .PHONY: lint
 lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift

@@ -88,7 +88,7 @@ GROUP, VERSION, PLURAL = "serving.vllm-operator.dev", "v1alpha1", "vllmservices"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 READ_VERBS = ("get", "list", "watch")
-# replicas coordinating (kopf peering keep-alives, a leader's Lease renewals): writes by
+# replicas coordinating (a leader's Lease renewals; kopf peering of older revisions): writes by
 # design, once per renewal whatever the fleet, so counted apart from writes to services
 COORDINATION = (
     "kopf.dev/clusterkopfpeerings",
@@ -661,7 +661,7 @@ def operator_tree(rev: str) -> tuple[Path, str]:
 
 def install_from(cluster: LocalCluster, root: Path) -> None:
     """CRDs, then RBAC, from `root` (a checkout or an extracted revision)."""
-    for crd in ("kopf-peering.yaml", "vllmservices.yaml"):
+    for crd in ("kopf-peering.yaml", "vllmservices.yaml"):  # an older revision: both
         path = root / "crds" / crd
         if path.exists():
             cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))

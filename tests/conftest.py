@@ -77,7 +77,7 @@ def vllm_server(
 
 @pytest.fixture(scope="session")
 def installed(cluster: LocalCluster) -> LocalCluster:
-    """The CRDs, the operator's RBAC and the peering object, installed once."""
+    """The CRD and the operator's RBAC, installed once."""
     install(cluster)
     return cluster
 
@@ -90,7 +90,6 @@ def operator(
     proc = OperatorProcess(
         installed,
         tmp_path_factory.mktemp("operator") / "operator.log",
-        extra_env={"VLLM_OPERATOR_PRIORITY": "1000"},
     )
     proc.start()
     SESSION_OPERATORS.append(proc)

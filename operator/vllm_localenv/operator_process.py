@@ -18,7 +18,7 @@ from pathlib import Path
 from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster
 from vllm_localenv.vllm_server import free_port
 
-CRD_FILES = (REPO_ROOT / "crds" / "kopf-peering.yaml", REPO_ROOT / "crds" / "vllmservices.yaml")
+CRD_FILES = (REPO_ROOT / "crds" / "vllmservices.yaml",)
 RBAC_FILE = REPO_ROOT / "deploy" / "rbac.yaml"
 # what RBAC cannot say (docs/permissions.md), held to the operator's account like a user's
 # install: deploy_operator applies it, so the demo and the real-node tier run under it
@@ -28,7 +28,7 @@ OPERATOR_ACCOUNT = "vllm-operator"
 
 
 def install(cluster: LocalCluster) -> None:
-    """CRDs (server-side apply, idempotent), then RBAC and the peering object."""
+    """The CRD (server-side apply, idempotent), then RBAC."""
     for crd in CRD_FILES:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     cluster.kubectl(
@@ -36,7 +36,6 @@ def install(cluster: LocalCluster) -> None:
         "--for=condition=Established",
         "--timeout=60s",
         "crd/vllmservices.serving.vllm-operator.dev",
-        "crd/clusterkopfpeerings.kopf.dev",
     )
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(RBAC_FILE))
 

@@ -315,6 +315,38 @@ class Writer(Kube):
             raise _failed(f"ConfigMap {name}", exc, kind="ConfigMap", name=name) from exc
         return True
 
+    def drop_finalizer(
+        self, namespace: str, name: str, body: dict[str, Any], finalizer: str
+    ) -> None:
+        """Removes `finalizer` from the service: a JSON patch that tests the list first, so a
+        finalizer another controller added meanwhile is never dropped with it (a failed test
+        is a 422: the next reconcile reads the list again)."""
+        finalizers = list(body["metadata"].get("finalizers") or [])
+        if finalizer not in finalizers:
+            return
+        try:
+            self.writes += 1
+            self._call(
+                "PATCH",
+                _path(API_VERSION, "VLLMService", namespace, name),
+                body=[
+                    {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                    {
+                        "op": "replace",
+                        "path": "/metadata/finalizers",
+                        "value": [f for f in finalizers if f != finalizer],
+                    },
+                ],
+                query=[("fieldManager", self.settings.field_manager)],
+                content_type="application/json-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise ApplyError(
+                f"finalizer of {name}: {_reason(exc)}", permanent=False, code=exc.status
+            ) from exc
+
     def replace_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replaces the service's whole status (the status subresource).
 

@@ -34,6 +34,9 @@ from vllm_operator.reconcile import Outcome, reconcile
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.workqueue import WorkQueue
 
+# the finalizer an early version (a kopf drift timer) added; the operator removes it
+LEGACY_FINALIZER = "vllm-operator.dev/finalizer"
+
 log = logging.getLogger("vllm_operator")
 
 Key = tuple[str, str]
@@ -190,6 +193,15 @@ class Controller:
             metrics.RECONCILES.labels("error").inc()
             log.warning("reading %s/%s: %s", namespace, name, exc)
             return Result.FAILED
+        if fresh is not None and LEGACY_FINALIZER in (fresh["metadata"].get("finalizers") or []):
+            # an early version's kopf timer added one; nothing needs it (the children go with
+            # their owner references) and a deletion would wait on it for good
+            try:
+                self.writer.drop_finalizer(namespace, name, fresh, LEGACY_FINALIZER)
+            except ApplyError as exc:
+                log.warning("removing the old finalizer of %s/%s: %s", namespace, name, exc)
+                return Result.FAILED
+            log.info("removed the finalizer an older version left on %s/%s", namespace, name)
         if fresh is None or fresh["metadata"].get("deletionTimestamp"):
             return Result.GONE
         outcome = reconcile(fresh, self.writer, self.settings)

@@ -38,23 +38,6 @@ def _load_api(pool: int) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-class PeeringGate(logging.Handler):
-    """Opens and closes the controller's gate as kopf peering pauses and resumes this
-    replica (kopf has no public API for its pause; its peering logs each transition).
-    Replaced by leader election (leader.py) where that is on."""
-
-    def __init__(self, controller: Controller) -> None:
-        super().__init__(level=logging.INFO)
-        self.controller = controller
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith("Pausing operations"):
-            self.controller.set_active(False)
-        elif message.startswith("Resuming operations"):
-            self.controller.set_active(True)
-
-
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     ours = SETTINGS
@@ -63,15 +46,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     watcher = Kube(_load_api(16), ours)
     controller = Controller(ours, writer, watcher, workers=ours.workers)
     memo.controller = controller
-    # kopf's bookkeeping would live under our own prefix (it writes none with these handlers;
-    # its finalizer is named so that kopf removes one an older version left behind)
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ours.annotation_prefix
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ours.annotation_prefix, key="last-handled-configuration"
-    )
-    settings.persistence.finalizer = ours.finalizer
     settings.watching.server_timeout = ours.watch_timeout_seconds
     settings.watching.client_timeout = ours.watch_timeout_seconds + 10
     # namespaced mode (Roles only): kopf would list and watch CRDs and namespaces cluster-wide,
@@ -86,33 +60,26 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # kopf logs each handled event ("Handler 'on_service' succeeded."): a line per status
     # write of every service; the controller logs what a reconcile changed instead
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    memo.elector = None
-    if ours.leader_election:
-        # only the leader's workers reconcile; every write passes the fence first
-        elector = LeaderElector(
-            writer,
-            ours,
-            on_started_leading=lambda: controller.set_active(True),
-            on_stopped_leading=lambda: controller.set_active(False),
-        )
-        writer.fence = elector.fence
-        watcher.api.user_agent = writer.api.user_agent  # the replica's identity, on reads too
-        memo.elector = elector
-    elif ours.standalone:
-        controller.set_active(True)
-    else:  # kopf peering starts paused and logs when it resumes this replica
-        logging.getLogger("kopf._core.engines.peering").addHandler(PeeringGate(controller))
+    # the one HA mode: every replica watches, only the Lease's holder reconciles, and every
+    # write passes the fence first (leader.py; docs/design/runtime.md)
+    elector = LeaderElector(
+        writer,
+        ours,
+        on_started_leading=lambda: controller.set_active(True),
+        on_stopped_leading=lambda: controller.set_active(False),
+    )
+    writer.fence = elector.fence
+    watcher.api.user_agent = writer.api.user_agent  # the replica's identity, on reads too
+    memo.elector = elector
     controller.start()
-    if memo.elector is not None:
-        memo.elector.start()
+    elector.start()
     metrics.serve(ours.metrics_port)
 
 
 @kopf.on.cleanup()
 def shutdown(memo: kopf.Memo, **_: Any) -> None:
     memo.controller.stop()
-    if memo.elector is not None:  # after the workers: a standby takes a released Lease at once
-        memo.elector.stop()
+    memo.elector.stop()  # after the workers: a standby takes a released Lease at once
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

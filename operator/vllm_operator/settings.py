@@ -6,20 +6,22 @@ Handed to handlers through kopf's memo; renderers receive them as an argument.
 from __future__ import annotations
 
 import json
+import logging
+import os
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+log = logging.getLogger("vllm_operator")
 
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VLLM_OPERATOR_", frozen=True)
 
     field_manager: str = Field(default="vllm-operator", description="Server-side apply owner.")
-    # kopf's bookkeeping (progress, last-handled spec, peering) lives under our own prefix
-    # so it never collides with another kopf-based operator on the same objects.
+    # the operator's own annotations on its children (desired-hash, generation) use this prefix
     annotation_prefix: str = "vllm-operator.dev"
-    finalizer: str = "vllm-operator.dev/finalizer"
     # A drift timer re-runs the same reconcile; reads only, unless something drifted.
     resync_seconds: float = 60.0
     workers: int = Field(
@@ -47,23 +49,8 @@ class OperatorSettings(BaseSettings):
         description="Watch only these namespaces (JSON list or comma-separated in the "
         "environment variable); empty together with `namespace`: the whole cluster.",
     )
-    peering_name: str = "vllm-operator"
-    standalone: bool = Field(
-        default=False,
-        description="Skip peering (single replica, or tests without the peering CRDs).",
-    )
-    priority: int | None = Field(
-        default=None,
-        description="Peering priority; replicas with a lower one pause. Unset: "
-        "random at start-up, so of two replicas exactly one works and the other stands by.",
-    )
-    # Leader election on a Lease, with fencing (leader.py says why the timings must satisfy
-    # lease > deadline > retry): kopf then runs standalone, only the leader writes.
-    leader_election: bool = Field(
-        default=True,
-        description="Lease-based leader election with fencing (off: kopf peering, or a "
-        "single replica with `standalone`).",
-    )
+    # Leader election on a Lease, with fencing, is the one HA mode (leader.py says why the
+    # timings must satisfy lease > deadline > retry): every replica watches, the leader writes.
     lease_name: str = Field(default="vllm-operator", description="The leader-election Lease.")
     lease_namespace: str | None = Field(
         default=None,
@@ -156,3 +143,25 @@ class OperatorSettings(BaseSettings):
         """The namespaces the operator watches; empty: the whole cluster."""
         names = [*self.namespaces, *([self.namespace] if self.namespace else [])]
         return tuple(dict.fromkeys(names))
+
+    def warn_retired(self) -> list[str]:
+        """Logs (and returns) each retired setting still set in the environment: kopf peering
+        and standalone mode are gone (leader election is the one HA mode), and the operator
+        sets no finalizer. Each is ignored; a warning says so rather than silence."""
+        found = [name for name in RETIRED if os.environ.get(f"VLLM_OPERATOR_{name}")]
+        for name in found:
+            log.warning(
+                "VLLM_OPERATOR_%s is no longer used and is ignored: %s", name, RETIRED[name]
+            )
+        return found
+
+
+# settings earlier versions read, and why each is gone (docs/design/runtime.md)
+RETIRED = {
+    "STANDALONE": "leader election on a Lease is the one HA mode (a single replica takes the "
+    "Lease at once)",
+    "LEADER_ELECTION": "leader election is always on",
+    "PEERING_NAME": "kopf peering is gone; leader election replaces it",
+    "PRIORITY": "kopf peering is gone; leader election replaces it",
+    "FINALIZER": "the operator adds no finalizer",
+}

@@ -81,7 +81,6 @@ def test_kind_serves_and_benchmarks_a_cpu_service(tmp_path: Path) -> None:
     try:
         for ref in IMAGES:
             _run("kind", "load", "docker-image", ref, "--name", name)
-        kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds" / "kopf-peering.yaml"))
         kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds" / "vllmservices.yaml"))
         kubectl("wait", "--for=condition=Established", "crd/vllmservices.serving.vllm-operator.dev")
         kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))

@@ -94,7 +94,7 @@ def prom_crds(cluster: LocalCluster) -> Iterator[None]:
                 "dashboard": {"enabled": True},
                 "adapterConfig": {"enabled": True},
             },
-            "settings": {"monitoringLabels": {"release": "prometheus"}, "priority": 5},
+            "settings": {"monitoringLabels": {"release": "prometheus"}},
             "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
             "podAntiAffinity": "hard",
             "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
@@ -103,7 +103,6 @@ def prom_crds(cluster: LocalCluster) -> Iterator[None]:
             "monitoring": {"rules": {"enabled": True}},
             "metrics": {"enabled": False},
             "replicaCount": 1,
-            "settings": {"standalone": True},
             "crds": {"install": False},
         },
     ],
@@ -323,7 +322,7 @@ def test_install_upgrade_with_a_changed_crd_and_uninstall(
         "rbac": {"watchNamespaces": [namespace]},
         # its own field manager: the objects show that this operator, configured by the
         # chart, wrote them (and not another operator running in the same cluster)
-        "settings": {"peeringName": "vllm-helm", "priority": 100, "fieldManager": "vllm-helm"},
+        "settings": {"fieldManager": "vllm-helm"},
         "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
         "tolerations": KWOK,  # so kwok "runs" the chart's own operator pods
     }

@@ -42,8 +42,6 @@ RBAC_KINDS = {
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
-    "ClusterKopfPeering",
-    "KopfPeering",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 }
@@ -54,7 +52,7 @@ INVISIBLE = {"create"}
 
 @pytest.fixture(scope="module")
 def prepared(cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """The CRDs (VLLMService, kopf's peering, the Prometheus Operator's for the monitoring
+    """The CRDs (VLLMService, the Prometheus Operator's for the monitoring
     children) and the audited namespace; the Prometheus CRDs go again at the end."""
     install(cluster)
     files = sorted(PROM_CRDS.glob("*.yaml"))
@@ -79,7 +77,7 @@ def create_namespace(cluster: LocalCluster, name: str) -> str:
 
 
 def rbac_objects(values: dict[str, Any], release: str) -> tuple[list[dict[str, Any]], Any]:
-    """The chart's RBAC, ServiceAccount and peering objects, and its operator Deployment."""
+    """The chart's RBAC, ServiceAccount and Lease Role, and its operator Deployment."""
     docs = template(values, release=release, namespace=AUDITED_NAMESPACE)
     return [d for d in docs if d["kind"] in RBAC_KINDS], find(docs, "Deployment")
 
@@ -417,7 +415,8 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
         apply(cluster, ns_b, service("lp-b2"))
         wait_for("lp-b2 Ready", lambda: ready(cluster, ns_b, "lp-b2"), timeout=120)
 
-        # 6. a finalizer an older version (kopf's timer) left behind: kopf removes it (patch)
+        # 6. the finalizer an early version (kopf's timer) left behind: the operator removes
+        # it (a JSON patch that tests the list first) and keeps another controller's
         cluster.kubectl(
             "patch",
             "vllmservice",
@@ -426,13 +425,26 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
             ns_b,
             "--type=merge",
             "-p",
-            json.dumps({"metadata": {"finalizers": ["vllm-operator.dev/finalizer"]}}),
+            json.dumps(
+                {"metadata": {"finalizers": ["example.com/keep", "vllm-operator.dev/finalizer"]}}
+            ),
         )
         wait_for(
-            "the old finalizer removed",
+            "the old finalizer removed, the other kept",
             lambda: (
-                not (get(cluster, ns_b, "vllmservice", "lp-b2") or {})["metadata"].get("finalizers")
+                (get(cluster, ns_b, "vllmservice", "lp-b2") or {})["metadata"].get("finalizers")
+                == ["example.com/keep"]
             ),
+        )
+        cluster.kubectl(
+            "patch",
+            "vllmservice",
+            "lp-b2",
+            "-n",
+            ns_b,
+            "--type=json",
+            "-p",
+            json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]),
         )
 
         # 7. the chart's admission policies: what RBAC lets the operator's account do and the

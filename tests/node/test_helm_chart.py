@@ -56,7 +56,6 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
         "rbac": {"watchNamespaces": [ns]},
         "image": {"repository": "localhost/vllm-operator", "tag": "dev", "pullPolicy": "Never"},
         "settings": {
-            "peeringName": release,
             "benchmarkImage": "localhost/vllm-bench:dev",
             "cpuImage": "localhost/vllm-cpu:0.32.0",
         },

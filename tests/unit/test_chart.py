@@ -53,6 +53,9 @@ def test_helm_unittest_suites() -> None:
         ({"settings": {"vllmPodSecurity": "privileged"}}, "vllmPodSecurity"),
         ({"rbac": {"watchNamespaces": ["a", "a"]}}, "watchNamespaces"),
         ({"settings": {"leaseName": "Not A Name"}}, "leaseName"),
+        # retired: leader election is the one HA mode (docs/design/runtime.md)
+        ({"settings": {"leaderElection": False}}, "leaderElection"),
+        ({"settings": {"standalone": True}}, "standalone"),
     ],
 )
 def test_the_schema_rejects_wrong_types_and_unknown_keys(
@@ -76,7 +79,6 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
         "resyncSeconds": 7.5,
         "replicasHoldSeconds": 120,
         "workers": 48,
-        "priority": 3,
         "watchTimeoutSeconds": 9,
         "scrapeInterval": "30s",
         "leaseDurationSeconds": 20,
@@ -109,7 +111,6 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
     assert settings.watched_namespaces() == ("team-a", "team-b")
     assert settings.metrics_port == 8081
     assert settings.lease_duration_seconds == 20
-    assert settings.leader_election is True
     assert settings.vllm_pod_security == "baseline"
 
 
@@ -138,7 +139,6 @@ def test_generated_files_match_their_sources() -> None:
     this catches a stale working tree)."""
     pairs = {
         "files/crds/vllmservices.yaml": "crds/vllmservices.yaml",
-        "crds/kopf-peering.yaml": "crds/kopf-peering.yaml",
     }
     for f in (CHART / "files" / "monitoring").glob("*.yaml"):
         pairs[f"files/monitoring/{f.name}"] = f"deploy/monitoring/{f.name}"
@@ -196,3 +196,20 @@ def test_the_admission_policies_match_the_plain_manifests() -> None:
     assert users == {
         "request.userInfo.username == 'system:serviceaccount:vllm-operator-system:vllm-operator'"
     }
+
+
+def test_an_old_values_file_with_the_retired_defaults_still_installs() -> None:
+    """A values file copied from an earlier chart (kopf peering's keys at their defaults)
+    renders; the operator ignores those keys with a warning (test_settings)."""
+    old = {
+        "settings": {
+            "leaderElection": True,
+            "standalone": False,
+            "peeringName": "vllm-operator",
+            "priority": None,
+            "finalizer": None,
+        }
+    }
+    res = helm("template", "x", str(CHART), *set_args(old), check=False)
+    assert res.returncode == 0, res.stderr
+    assert "ClusterKopfPeering" not in res.stdout

@@ -55,11 +55,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* "true" when the replicas use kopf peering: neither leader election nor standalone. */}}
-{{- define "vllm-operator.peering" -}}
-{{- if not (or .Values.settings.leaderElection .Values.settings.standalone) }}true{{ end }}
-{{- end }}
-
 {{/* The operator's environment: VLLM_OPERATOR_<SETTING> for every non-null setting. */}}
 {{- define "vllm-operator.env" -}}
 {{- range $key, $value := .Values.settings }}
@@ -93,7 +88,7 @@ watch); tests/integration/test_least_privilege.py runs it under these rules and 
 refusal, and every grant used. */}}
 {{- define "vllm-operator.rules" -}}
 # the API it serves: watched (kopf), read fresh before each reconcile, its status replaced;
-# patch: kopf removes a finalizer an older version of the operator left behind
+# patch: the operator removes the finalizer an early version left behind (a JSON patch)
 - apiGroups: [serving.vllm-operator.dev]
   resources: [vllmservices]
   verbs: [get, list, watch, patch]
