@@ -20,11 +20,10 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import parse_quantity
 
 from vllm_operator import API_VERSION
 from vllm_operator.kube import (
@@ -36,8 +35,10 @@ from vllm_operator.kube import (
     _failed,
     _path,
     _reason,
+    written_generation,
 )
 from vllm_operator.render.meta import SERVICE_LABEL
+from vllm_operator.spec import parse_quantity
 
 log = logging.getLogger("vllm_operator")
 
@@ -50,10 +51,12 @@ MONITORING_PRUNABLE = (
 )
 
 
-def _quantity(value: str) -> Decimal | None:
+def _quantity(value: str) -> Fraction | None:
+    """The one quantity parser (spec.parse_quantity, what CEL's quantity() reads); None for
+    what is not a quantity."""
     try:
-        return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
-    except (ValueError, InvalidOperation, TypeError):
+        return parse_quantity(value)
+    except (ValueError, TypeError, ZeroDivisionError):
         return None
 
 
@@ -121,12 +124,6 @@ def owned(live: dict[str, Any], desired: dict[str, Any]) -> bool:
     )
 
 
-def written_generation(obj: dict[str, Any] | None, key: str) -> int:
-    """The service generation whose rendering last wrote `obj` (0: none recorded)."""
-    value = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(key, "")
-    return int(value) if str(value).isdigit() else 0
-
-
 @dataclass(frozen=True)
 class Change:
     kind: str
@@ -151,15 +148,6 @@ class Writer(Kube):
         annotations = out["metadata"].setdefault("annotations", {})
         annotations[self.hash_annotation] = hashlib.sha256(body).hexdigest()[:16]
         return out
-
-    @property
-    def hash_annotation(self) -> str:
-        return f"{self.settings.annotation_prefix}/desired-hash"
-
-    @property
-    def generation_annotation(self) -> str:
-        """The service's metadata.generation whose rendering last wrote a child."""
-        return f"{self.settings.annotation_prefix}/generation"
 
     def newer_than(self, live: dict[str, Any] | None, generation: int | None) -> bool:
         """True when `live` was written from a later generation of its service than

@@ -163,6 +163,12 @@ def verb(method: str, path: str, query: list[tuple[str, str]] | None = None) -> 
     )
 
 
+def written_generation(obj: dict[str, Any] | None, key: str) -> int:
+    """The service generation whose rendering last wrote `obj` (0: none recorded)."""
+    value = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(key, "")
+    return int(value) if str(value).isdigit() else 0
+
+
 class Kube:
     """Reads through one ApiClient; counts the writes its subclass makes.
 
@@ -179,6 +185,16 @@ class Kube:
         # discovery answers, kept for a resync period: whether the Prometheus Operator's
         # CRDs are served is asked by every reconcile and changes about never
         self._discovered: dict[str, tuple[float, dict[str, Any] | None]] = {}
+
+    @property
+    def hash_annotation(self) -> str:
+        """A hash of a child's rendering (apply.Writer.stamp writes it)."""
+        return f"{self.settings.annotation_prefix}/desired-hash"
+
+    @property
+    def generation_annotation(self) -> str:
+        """The service's metadata.generation whose rendering last wrote a child."""
+        return f"{self.settings.annotation_prefix}/generation"
 
     def _request(
         self,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_operator.apply import Writer, written_generation
 from vllm_operator.benchresult import (
     RUN_STATES,
     SUMMARY_KEY,
@@ -18,6 +17,7 @@ from vllm_operator.benchresult import (
     summarize,
 )
 from vllm_operator.gates import CONFIRMATION_KEY, Run
+from vllm_operator.kube import Kube, written_generation
 from vllm_operator.observed import (
     MESSAGE_TAIL,
     JobState,
@@ -45,15 +45,15 @@ from vllm_operator.render.monitoring import MONITORING_API
 from vllm_operator.spec import Service
 
 
-def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Observed:
+def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observed:
     """Everything a reconcile decides on, read before anything is written. `after_writes`:
     the second look, after the reconcile's own writes: the Deployment comes from the watch
     cache, which holds what those writes answered (the first look reads it from the API
     server: the generation guard needs the latest)."""
-    deployment = writer.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
+    deployment = reader.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
     hpa = None
     if svc.spec.autoscaling.enabled:
-        hpa = writer.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
+        hpa = reader.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
     problems: tuple[PodProblem, ...] = ()
     waiting: tuple[PodProblem, ...] = ()
     if deployment is not None:
@@ -62,7 +62,7 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
         if ready < wanted:  # only look at pods when something is missing
             selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
             problems, waiting = pod_problems(
-                writer.list_children("v1", "Pod", svc.namespace, selector)
+                reader.list_children("v1", "Pod", svc.namespace, selector)
             )
     jobs: tuple[JobState, ...] = ()
     runs: tuple[Run, ...] = ()
@@ -70,14 +70,14 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
         # the Jobs before the history: a Job seen finished has published its result (the
         # runner publishes before it exits), so the history read after it has the result
         jobs = tuple(
-            job_state(j, writer.generation_annotation, _failed_pods(writer, svc, j))
-            for j in _jobs(writer, svc)
+            job_state(j, reader.generation_annotation, _failed_pods(reader, svc, j))
+            for j in _jobs(reader, svc)
         )
-        runs = tuple(history(writer, svc))
+        runs = tuple(history(reader, svc))
     pods = None
     if deployment is not None and svc.spec.benchmark.enabled and _measuring(deployment, runs):
         selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
-        pods = tuple(writer.list_children("v1", "Pod", svc.namespace, selector))
+        pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -85,12 +85,12 @@ def observe(writer: Writer, svc: Service, *, after_writes: bool = False) -> Obse
         pods_waiting=waiting,
         # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are
         # served; elsewhere the status says so (Monitoring=False)
-        monitoring_crds=writer.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),
+        monitoring_crds=reader.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),
         runs=runs,
         jobs=jobs,
         # (a Deployment of an earlier service of the same name, not yet collected, is not
         # this one's: its generations count for nothing here)
-        written_generation=written_generation(deployment, writer.generation_annotation)
+        written_generation=written_generation(deployment, reader.generation_annotation)
         if deployment is not None and _owned(deployment, svc)
         else 0,
         pods=pods,
@@ -108,26 +108,26 @@ def _owned(obj: dict[str, Any], svc: Service) -> bool:
     return any(o.get("uid") == svc.uid for o in obj["metadata"].get("ownerReferences", []))
 
 
-def _failed_pods(writer: Writer, svc: Service, job: dict[str, Any]) -> list[dict[str, Any]]:
+def _failed_pods(reader: Kube, svc: Service, job: dict[str, Any]) -> list[dict[str, Any]]:
     """A failed Job's pods (their last exit says why), read only once the Job has failed."""
     conditions = job.get("status", {}).get("conditions", [])
     if not any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
         return []
     # the service's label first: its pods are in the watch cache (no request)
     selector = f"{SERVICE_LABEL}={svc.name},job-name={job['metadata']['name']}"
-    return writer.list_children("v1", "Pod", svc.namespace, selector)
+    return reader.list_children("v1", "Pod", svc.namespace, selector)
 
 
-def _jobs(writer: Writer, svc: Service) -> list[dict[str, Any]]:
+def _jobs(reader: Kube, svc: Service) -> list[dict[str, Any]]:
     selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/component={COMPONENT}"
     return [
         j
-        for j in writer.list_children("batch/v1", "Job", svc.namespace, selector)
+        for j in reader.list_children("batch/v1", "Job", svc.namespace, selector)
         if _owned(j, svc)
     ]
 
 
-def history(writer: Writer, svc: Service) -> list[Run]:
+def history(reader: Kube, svc: Service) -> list[Run]:
     """The runs, oldest first: each run's ConfigMap (the Job's word: its result) joined with
     its record (the operator's: spec, verdict, a state the operator decided). A ConfigMap the
     Job filled with something invalid (a result that is not JSON, a headline value that is not
@@ -138,7 +138,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
     selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/name=vllm-bench"
     items = [
         cm
-        for cm in writer.list_children("v1", "ConfigMap", svc.namespace, selector)
+        for cm in reader.list_children("v1", "ConfigMap", svc.namespace, selector)
         if _owned(cm, svc)
     ]
     component = "app.kubernetes.io/component"
@@ -157,7 +157,7 @@ def history(writer: Writer, svc: Service) -> list[Run]:
         if summary is not None:  # summarized once: the result is never read again
             report, created = summary[0], summary[1] or created
         else:
-            report = brief(read_job_report(_job_data(writer, cm)))  # validated: input
+            report = brief(read_job_report(_job_data(reader, cm)))  # validated: input
             if report.state != "Running" or record.get(STATE_KEY):  # final: summarize it
                 pending = summarize(report, created)
         result, state, message = report.result, report.state, report.message
@@ -186,13 +186,13 @@ def history(writer: Writer, svc: Service) -> list[Run]:
     return sorted(runs, key=lambda r: r.created)
 
 
-def _job_data(writer: Writer, cm: dict[str, Any]) -> dict[str, Any]:
+def _job_data(reader: Kube, cm: dict[str, Any]) -> dict[str, Any]:
     """The Job's ConfigMap's data with its result: the watch cache leaves the result out
     (benchresult.trim), so a run with one not yet summarized reads it from the API server,
     once (its summary is written in the same reconcile)."""
     if left_out(cm):
         meta = cm["metadata"]
-        cm = writer.get("v1", "ConfigMap", meta["namespace"], meta["name"]) or cm
+        cm = reader.get("v1", "ConfigMap", meta["namespace"], meta["name"]) or cm
     return cm.get("data") or {}
 
 
