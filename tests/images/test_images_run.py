@@ -129,6 +129,21 @@ def test_operator_image_has_its_entry_point(operator_image: Container) -> None:
     assert (uid, entry) == (NON_ROOT, "/opt/venv/bin/vllm-operator")
 
 
+def test_operator_image_holds_the_operator_only(operator_image: Container) -> None:
+    """The local-cluster harness (root: iptables, PKI) and the benchmark runner are not in the
+    operator's image: neither their packages nor their commands."""
+    probe = (
+        "import importlib.util as u; "
+        "print(*[m for m in ('vllm_operator', 'vllm_localenv', 'vllm_bench', 'vllm_benchjob')"
+        " if u.find_spec(m)])"
+    )
+    res = operator_image.run("python3", "-c", probe)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["vllm_operator"]  # the positive control: it is found
+    res = operator_image.run("sh", "-c", "ls /opt/venv/bin | grep -c '^vllm-' ; ls /opt/venv/bin")
+    assert res.stdout.split()[0] == "1", res.stdout  # vllm-operator alone
+
+
 def test_benchmark_image_runs_the_runner_and_the_job_wrapper(bench_image: Container) -> None:
     res = bench_image.run("vllm-bench", "run", "--help")
     assert res.returncode == 0, res.stderr
