@@ -121,8 +121,12 @@ def start(  # noqa: PLR0917 - the command line's arguments, one to one
     # as the kubelet mounts them (HOME=/root hides the host's /root, the model is not there)
     mounted_model = f"/models/{sample}"
     args[args.index("--model") + 1] = mounted_model
+    # a pod reads its model volume as the pod's user (a PVC through fsGroup); the host's model
+    # folder is root's (0700 under /root/gpu-work: the first run on 2026-12-02 failed with
+    # FileNotFoundError for model.safetensors), so it is opened to every user, read-only
     binds = [
-        f"mkdir -p {mounted_model} && mount --bind -o ro {shlex.quote(model_dir)} {mounted_model}"
+        f"chmod -R a+rX {shlex.quote(model_dir)}",
+        f"mkdir -p {mounted_model} && mount --bind -o ro {shlex.quote(model_dir)} {mounted_model}",
     ]
     for i, path in enumerate(sorted(s["emptyDirs"], key=lambda p: p.count("/"))):
         d = scratch / f"empty{i}"

@@ -46,6 +46,7 @@ from vllm_operator.render.deployment import (
     REPLICAS_HELD_SINCE_ANNOTATION,
     render_deployment,
     render_pod_template,
+    replicas_managers,
 )
 from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
@@ -108,6 +109,7 @@ def render_children(
     live_held: str | None = None,
     live_since: str | None = None,
     now: str | None = None,
+    replicas_owned_elsewhere: bool = False,
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
     `restored`: during a rollback, the service as recorded for the revision rolled back to:
@@ -123,6 +125,7 @@ def render_children(
             live_held=live_held,
             live_since=live_since,
             now=now,
+            replicas_owned_elsewhere=replicas_owned_elsewhere,
         ),
         render_service(svc, settings),
         render_hpa(svc, settings),
@@ -218,6 +221,7 @@ def _pipeline(
         live_held=live_annotations.get(REPLICAS_HELD_ANNOTATION),
         live_since=live_annotations.get(REPLICAS_HELD_SINCE_ANNOTATION),
         now=_now(),
+        replicas_owned_elsewhere=bool(replicas_managers(seen.deployment, settings.field_manager)),
     )
     desired = [with_revision(m, seen.deployment) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}

@@ -4,6 +4,7 @@ the real operator on the local cluster, the Deployment scaled as the HPA would s
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,19 @@ from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
+
+
+def operator_owns_replicas(cluster: LocalCluster, namespace: str, name: str) -> bool:
+    """Whether the operator's server-side apply entry owns the Deployment's spec.replicas."""
+    dep: dict[str, Any] = json.loads(
+        cluster.kubectl(
+            "get", "deployment", name, "-n", namespace, "-o", "json", "--show-managed-fields"
+        )
+    )
+    for entry in dep["metadata"].get("managedFields") or []:
+        if entry.get("manager") == "vllm-operator" and entry.get("operation") == "Apply":
+            return "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    return False
 
 
 def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_changes(
@@ -23,6 +37,8 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
     m["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 6}
     apply(cluster, namespace, m)
     wait_for("scaled Ready", lambda: ready(cluster, namespace, "scaled"), timeout=90)
+    # the positive control: created at minReplicas, replicas are the operator's
+    assert operator_owns_replicas(cluster, namespace, "scaled")
     # what the HPA controller does when it scales: the Deployment's scale subresource
     cluster.kubectl("scale", "deployment", "scaled", "-n", namespace, "--replicas=4")
     wait_for(
@@ -35,6 +51,15 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
         ),
         timeout=90,
     )
+    # the hand-over: the operator's next apply leaves replicas out (the scale's manager owns
+    # them), so no apply of a count read before a scale can undo it. Evidence that the apply
+    # ran: the operator's own Apply entry changed from owning replicas to not owning them
+    wait_for(
+        "the operator's apply no longer owns spec.replicas",
+        lambda: not operator_owns_replicas(cluster, namespace, "scaled"),
+        timeout=60,
+    )
+    assert get(cluster, namespace, "deployment", "scaled")["spec"]["replicas"] == 4
     cluster.kubectl(
         "patch",
         "vsvc",
@@ -60,7 +85,11 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
         ),
         timeout=60,
     )
-    assert get(cluster, namespace, "deployment", "scaled")["spec"]["replicas"] == 4
+    dep = get(cluster, namespace, "deployment", "scaled")
+    assert dep["spec"]["replicas"] == 4
+    assert operator_owns_replicas(
+        cluster, namespace, "scaled"
+    )  # switched off: the operator holds the count itself
     assert svc["status"]["desiredReplicas"] == 4
     # the first change of spec.replicas applies
     cluster.kubectl("scale", "vsvc", "scaled", "-n", namespace, "--replicas=2")

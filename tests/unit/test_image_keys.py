@@ -69,6 +69,10 @@ def test_inputs_are_what_each_dockerfile_copies(repo: Path) -> None:
     # the benchmark image leaves the operator's code out, so its key ignores it
     assert not any(f.startswith("operator/vllm_operator/") for f in bench)
     assert "operator/vllm_operator/spec.py" in inputs(repo, "operator")
+    assert all(
+        f.startswith(("operator/vllm_operator/", "images/", "pyproject", "README"))
+        for f in inputs(repo, "operator")
+    )
     assert inputs(repo, "vllm-cpu") == [
         "images/vllm-cpu/Dockerfile",
         "scripts/install-vllm.sh",
@@ -81,7 +85,8 @@ def test_editing_a_copied_file_rebuilds_exactly_the_images_that_copy_it(repo: Pa
     before = keys(repo)
     cli = repo / "operator" / "vllm_bench" / "cli.py"
     cli.write_text(cli.read_text() + "\n# changed\n")
-    assert changed(before, keys(repo)) == {"operator", "benchmark"}
+    # the operator's image holds the operator only (no runner, no harness)
+    assert changed(before, keys(repo)) == {"benchmark"}
 
     before = keys(repo)
     spec = repo / "operator" / "vllm_operator" / "spec.py"
@@ -90,7 +95,11 @@ def test_editing_a_copied_file_rebuilds_exactly_the_images_that_copy_it(repo: Pa
 
     before = keys(repo)
     (repo / "operator" / "vllm_benchjob" / "new_module.py").write_text("X = 1\n")
-    assert changed(before, keys(repo)) == {"operator", "benchmark"}
+    assert changed(before, keys(repo)) == {"benchmark"}
+
+    before = keys(repo)
+    (repo / "operator" / "vllm_localenv" / "new_module.py").write_text("X = 1\n")
+    assert changed(before, keys(repo)) == set()  # the harness is in no image
 
 
 def test_versions_and_dockerfiles_count_for_their_own_images(repo: Path) -> None:

@@ -18,6 +18,8 @@ from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
     decide_replicas,
+    render_deployment,
+    replicas_managers,
 )
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import RELEASE_HOLD_ANNOTATION
@@ -119,3 +121,54 @@ def test_the_status_says_a_hold_is_in_force_until_when_and_how_to_end_it() -> No
     status = api.objects[SVC_PATH]["status"]
     assert "heldReplicas" not in (status.get("autoscaling") or {})
     assert not any(c["reason"] == "ReplicasHeld" for c in status["conditions"])
+
+
+HPA_SCALED = {
+    "manager": "kube-controller-manager",
+    "operation": "Update",
+    "subresource": "scale",
+    "fieldsV1": {"f:spec": {"f:replicas": {}}},
+}
+OURS = {
+    "manager": SETTINGS.field_manager,
+    "operation": "Apply",
+    "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}},
+}
+
+
+def _live(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"managedFields": list(entries)}, "spec": {"replicas": 5}}
+
+
+def test_who_owns_replicas_besides_the_operator() -> None:
+    assert replicas_managers(None, SETTINGS.field_manager) == set()
+    assert replicas_managers(_live(OURS), SETTINGS.field_manager) == set()
+    assert replicas_managers(_live(OURS, HPA_SCALED), SETTINGS.field_manager) == {
+        "kube-controller-manager"
+    }
+    template_only = {**HPA_SCALED, "fieldsV1": {"f:spec": {"f:template": {}}}}
+    assert replicas_managers(_live(OURS, template_only), SETTINGS.field_manager) == set()
+
+
+@pytest.mark.parametrize(
+    ("spec", "elsewhere", "written"),
+    [
+        (ON, False, 5),  # nobody else owns it yet: the operator writes the live count (clamped)
+        (ON, True, None),  # the HPA owns it: left out, so the apply hands it over
+        (OFF, True, 5),  # switched off (held): the operator takes replicas back
+        ({**OFF, "replicas": 3}, True, 3),
+    ],
+)
+def test_replicas_are_left_to_the_autoscaler_once_it_owns_them(
+    spec: dict[str, Any], elsewhere: bool, written: int | None
+) -> None:
+    dep = render_deployment(
+        service("minimal", spec),
+        SETTINGS,
+        5,
+        live_held="1",
+        live_since=T0,
+        now=T0,
+        replicas_owned_elsewhere=elsewhere,
+    )
+    assert dep["spec"].get("replicas") == written

@@ -357,10 +357,15 @@ def render_deployment(
     live_held: str | None = None,
     live_since: str | None = None,
     now: str | None = None,
+    replicas_owned_elsewhere: bool = False,
 ) -> dict[str, Any]:
     """`template`: a pod template to run instead of the spec's (a rollback's). `live_replicas`,
     `live_held` and `live_since`: the live Deployment's replicas, REPLICAS_HELD_ANNOTATION and
-    REPLICAS_HELD_SINCE_ANNOTATION; `now`: the reconcile's time (RFC 3339)."""
+    REPLICAS_HELD_SINCE_ANNOTATION; `now`: the reconcile's time (RFC 3339).
+    `replicas_owned_elsewhere`: another field manager (the HPA's scale) owns spec.replicas of the
+    live Deployment (`replicas_managers`): with autoscaling on, the rendering leaves replicas out,
+    so server-side apply hands the field over (it stays at the autoscaler's value, owned by it)
+    and no apply of the operator can put back a count read before the autoscaler changed it."""
     spec = svc.spec
     replicas, held, since = decide_replicas(
         svc,
@@ -385,12 +390,14 @@ def render_deployment(
                 "maxUnavailable": spec.rollout.max_unavailable,
             },
         }
+    # (min/max bounds are then the HPA's to keep: it scales into them itself)
+    leave_replicas = svc.spec.autoscaling.enabled and replicas_owned_elsewhere
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            "replicas": replicas,
+            **({} if leave_replicas else {"replicas": replicas}),
             "selector": {"matchLabels": selector_labels(svc)},
             "strategy": strategy,
             "revisionHistoryLimit": 10,
@@ -399,6 +406,19 @@ def render_deployment(
             "template": template if template is not None else render_pod_template(svc, settings),
         },
     }
+
+
+def replicas_managers(live: dict[str, Any] | None, field_manager: str) -> set[str]:
+    """The field managers other than `field_manager` that own the live Deployment's
+    spec.replicas (metadata.managedFields): the HPA's scale updates, a `kubectl scale`."""
+    out: set[str] = set()
+    for entry in (live or {}).get("metadata", {}).get("managedFields") or []:
+        if entry.get("manager") == field_manager and entry.get("operation") == "Apply":
+            continue
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:replicas" in spec:
+            out.add(str(entry.get("manager")))
+    return out
 
 
 def _seconds_between(earlier: str, later: str) -> float | None:
