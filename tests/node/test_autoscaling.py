@@ -227,7 +227,17 @@ def test_vllm_queue_scales_the_deployment_up_and_back_down(
         assert parse_quantity(status["autoscaling"]["currentAverageValue"]) > TARGET, status
         print(f"status.autoscaling while scaled up: {status['autoscaling']}")
 
-        assert load.wait(timeout=480) == 0, (tmp_path / "bench.log").read_text()[-3000:]
+        # the load's job is to keep the queue full until the scale-up is seen: it may end at
+        # its own deadline (exit 3, `deadline`) when a loaded 2-core machine serves fewer
+        # requests than it has to send (0.58/s in a CI run beside the other tiers); any other
+        # failure of the runner fails the test
+        code = load.wait(timeout=480)
+        log_tail = (tmp_path / "bench.log").read_text()[-3000:]
+        if code != 0:
+            errors = json.loads((out / "result.json").read_text()).get("errors") or []
+            assert code == 3, log_tail
+            assert errors, log_tail
+            assert all(e["kind"] == "deadline" for e in errors), errors
         print(f"peak queue on the first pod: {timeline.peak_queue:.0f}")
 
         # load gone: down to 1 only once the recorded average stayed <= 2 for the window
