@@ -417,17 +417,15 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
 
         # 6. the finalizer an early version (kopf's timer) left behind: the operator removes
         # it (a JSON patch that tests the list first) and keeps another controller's
-        cluster.kubectl(
-            "patch",
-            "vllmservice",
-            "lp-b2",
-            "-n",
-            ns_b,
-            "--type=merge",
-            "-p",
-            json.dumps(
-                {"metadata": {"finalizers": ["example.com/keep", "vllm-operator.dev/finalizer"]}}
-            ),
+        def patch_b2(kind: str, body: object) -> None:
+            cluster.kubectl(
+                "patch", "vllmservice", "lp-b2", "-n", ns_b, f"--type={kind}",
+                "-p", json.dumps(body),
+            )  # fmt: skip
+
+        patch_b2(
+            "merge",
+            {"metadata": {"finalizers": ["example.com/keep", "vllm-operator.dev/finalizer"]}},
         )
         wait_for(
             "the old finalizer removed, the other kept",
@@ -436,16 +434,7 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
                 == ["example.com/keep"]
             ),
         )
-        cluster.kubectl(
-            "patch",
-            "vllmservice",
-            "lp-b2",
-            "-n",
-            ns_b,
-            "--type=json",
-            "-p",
-            json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]),
-        )
+        patch_b2("json", [{"op": "remove", "path": "/metadata/finalizers"}])
 
         # 7. the chart's admission policies: what RBAC lets the operator's account do and the
         # policies do not (server-side dry runs as that account: admission runs, nothing stays)
