@@ -225,6 +225,7 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.benchmark.ttftP95Seconds",
                         },
                         {"name": "Bench", "type": "string", "jsonPath": ".status.benchmark.state"},
+                        {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase"},
                         {
                             "name": "Passed",
                             "type": "string",

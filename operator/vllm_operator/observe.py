@@ -40,6 +40,7 @@ from vllm_operator.render.benchmark import (
     record_name,
     recorded_target,
 )
+from vllm_operator.render.canary import canary_name, canary_selector
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
 from vllm_operator.spec import Service
@@ -78,6 +79,19 @@ def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observ
     if deployment is not None and svc.spec.benchmark.enabled and _measuring(deployment, runs):
         selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
         pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
+    # the canary, from the watch cache (its writes are the operator's own): read wherever
+    # one may be wanted, or left from a canary that is not (the prune removes it)
+    canary = canary_pods = None
+    canary_problems: tuple[PodProblem, ...] = ()
+    canary_waiting: tuple[PodProblem, ...] = ()
+    if deployment is not None:
+        canary = reader.get("apps/v1", "Deployment", svc.namespace, canary_name(svc), cached=True)
+    if canary is not None and not _owned(canary, svc):
+        canary = None
+    if canary is not None:
+        selector = ",".join(f"{k}={v}" for k, v in canary_selector(svc).items())
+        canary_pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
+        canary_problems, canary_waiting = pod_problems(list(canary_pods))
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -94,6 +108,10 @@ def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observ
         if deployment is not None and _owned(deployment, svc)
         else 0,
         pods=pods,
+        canary=canary,
+        canary_pods=canary_pods,
+        canary_problems=canary_problems,
+        canary_waiting=canary_waiting,
     )
 
 

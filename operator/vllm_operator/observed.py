@@ -7,7 +7,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_operator import GROUP
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL
+
+# On the serving Deployment: the spec its pod template was rendered from (reconcile writes it)
+SERVED_SPEC_ANNOTATION = f"{GROUP}/served-spec"
 
 # container waiting reasons that mean the replica will not come up without a change
 BAD_WAITING = (
@@ -58,6 +62,26 @@ class Observed:
     # the service's pods, read while a benchmark run may start or is going (the one pod a
     # run measures: benchtarget.py); None: not read
     pods: tuple[dict[str, Any], ...] | None = None
+    # the canary Deployment (render/canary.py) and its pods, read while one may be wanted
+    # (rollout.canary with gates); its pods' problems and waits as for the serving pods
+    canary: dict[str, Any] | None = None
+    canary_pods: tuple[dict[str, Any], ...] | None = None
+    canary_problems: tuple[PodProblem, ...] = field(default_factory=tuple)
+    canary_waiting: tuple[PodProblem, ...] = field(default_factory=tuple)
+
+    @property
+    def served_spec(self) -> str:
+        """The spec (JSON) the live Deployment's pod template was rendered from ("": not
+        recorded: a Deployment of an earlier operator): what a canary in progress holds the
+        serving pods at."""
+        annotations = (self.deployment or {}).get("metadata", {}).get("annotations") or {}
+        return str(annotations.get(SERVED_SPEC_ANNOTATION, ""))
+
+    @property
+    def canary_revision(self) -> str:
+        """The revision the canary Deployment runs ("": none)."""
+        annotations = (self.canary or {}).get("metadata", {}).get("annotations") or {}
+        return str(annotations.get(REVISION_LABEL, ""))
 
     @property
     def deployment_revision(self) -> str:

@@ -46,6 +46,9 @@ from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service, VLLMServiceSpec
 
 SUPERSEDED = "superseded by a newer rollout or re-run before it finished"
+# a canary's run stopped by the promote annotation: measured again once it serves
+PROMOTED_BY_HAND = "stopped: the canary was promoted by hand before the run finished"
+ABORTED_BY_HAND = "stopped: the canary was aborted by hand before the run finished"
 NO_RESULT = "the runner exited without publishing a result"
 
 
@@ -102,6 +105,10 @@ class Plan:
     # spec renders now, where it is not the one measured (what runs)
     rendered_as: str = ""
     restored_as: str = ""
+    # the revision is measured on a canary (rollout.canary): the serving pods stay at the
+    # spec they run (`held`) until it is promoted (progressive.progress decides the phase)
+    canary: bool = False
+    held: Service | None = None
 
     @property
     def rolled_back_to(self) -> str | None:
@@ -248,9 +255,37 @@ def _ended(svc: Service, job: JobState, run: Run) -> Record | None:
 
 
 def superseded(run: Run) -> bool:
-    """The operator stopped `run` before it finished (a newer rollout or re-run): it measured
-    nothing, so it is no verdict of its revision."""
-    return run.state == "Failed" and run.message == SUPERSEDED
+    """The operator stopped `run` before it finished (a newer rollout or re-run, or its canary
+    promoted by hand): it measured nothing, so it is no verdict of its revision."""
+    return run.state == "Failed" and run.message in (SUPERSEDED, PROMOTED_BY_HAND)
+
+
+def held_spec(svc: Service, observed: Observed) -> Service | None:
+    """`svc` with the spec the serving Deployment's pod template was rendered from (its
+    annotation), when it is recorded and parses: what the serving pods stay at while a canary
+    is measured. None: a Deployment of an earlier operator (no canary: rolled out directly)."""
+    if not observed.served_spec:
+        return None
+    try:
+        spec = VLLMServiceSpec.model_validate_json(observed.served_spec)
+    except ValidationError:
+        return None
+    return svc.model_copy(update={"spec": spec})
+
+
+def canary_wanted(svc: Service, observed: Observed, rev: str) -> bool:
+    """Revision `rev` is measured on a canary before it serves (rollout.canary): gates set,
+    and a Deployment that serves another revision, with replicas, whose spec is recorded."""
+    bench, dep = svc.spec.benchmark, observed.deployment
+    return bool(
+        svc.spec.rollout.canary.enabled
+        and bench.enabled
+        and bench.thresholds.any
+        and dep is not None
+        and dep.get("spec", {}).get("replicas", 1) > 0
+        and observed.deployment_revision not in ("", rev)
+        and held_spec(svc, observed) is not None
+    )
 
 
 def measured_again(svc: Service, rev: str, runs: dict[str, Run]) -> Service:
@@ -284,7 +319,7 @@ def _judge(  # noqa: PLR0917 (one decision's six inputs)
     Failed one names the run that will confirm it, `confirmation`, when there is one); the
     runs with that verdict in them, for the rest of the decision."""
     bench = svc.spec.benchmark
-    rollback = bench.on_failure == "Rollback"
+    rollback = bench.on_failure == "Rollback" and svc.promote != rev  # (promoted by hand)
     verdict = judge(runs, rev, bench.thresholds, rollback, name=name, before=before)
     if verdict is None or verdict.to_record is None:
         return verdict, runs, None
@@ -328,6 +363,28 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     return plan
 
 
+def _measurable(
+    svc: Service, observed: Observed, rev: str, restored: Service | None
+) -> tuple[bool, bool, str]:
+    """(on a canary, rolled out so that a run may start, what served before): on a canary
+    (rollout.canary) the run measures the canary's pod, and what served before is what serves
+    now; else the Deployment's pods, once it is rolled out (never during a rollback)."""
+    canary = canary_wanted(svc, observed, rev)
+    dep = observed.canary if canary else observed.deployment
+    rollout_done = (
+        restored is None
+        and dep is not None
+        and dep.get("spec", {}).get("replicas", 1) > 0
+        and rolled_out(dep)
+        and (observed.canary_revision if canary else observed.deployment_revision) == rev
+    )
+    return (
+        canary,
+        rollout_done,
+        (observed.deployment_revision if canary else observed.previous_revision),
+    )
+
+
 def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: str) -> Plan:
     """decide(), with the runs of revision `rev` deciding."""
     bench = svc.spec.benchmark
@@ -342,7 +399,8 @@ def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: s
     # judge: a completed run is judged once, with the thresholds of that moment. A failed
     # verdict that would roll back is confirmed first by a second run of the same revision
     # (one noisy run must not roll back a good revision): that run's verdict decides.
-    rollback = bench.on_failure == "Rollback"
+    # (promoted by hand, the promote annotation naming it: it serves whatever its gates say)
+    rollback = bench.on_failure == "Rollback" and svc.promote != rev
     # what served before the revision, as its run recorded when it started: the baseline
     # and the rollback target (not simply the newest passing run: a revert to an older one)
     judged = observed_runs.get(name)
@@ -384,14 +442,7 @@ def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: s
         restored_as = "" if restored_as == target.revision else restored_as
 
     # start, resume or end the run measuring the revision; supersede the others still going
-    dep = observed.deployment
-    rollout_done = (
-        restored is None
-        and dep is not None
-        and dep.get("spec", {}).get("replicas", 1) > 0
-        and rolled_out(dep)
-        and observed.deployment_revision == rev
-    )
+    canary, rollout_done, served_before = _measurable(svc, observed, rev, restored)
     by_name = {r.name: r for r in runs}
     current, job = (
         by_name.get(measuring),
@@ -401,7 +452,7 @@ def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: s
     records += superseded
     start = None
     if current is None and rollout_done:
-        start = Start(measuring, rev, token, served_before=observed.previous_revision)
+        start = Start(measuring, rev, token, served_before=served_before)
     elif current is not None and current.state == "Running" and job is None and rollout_done:
         start = Start(measuring, rev, token, resume=True)
     elif current is not None and job is not None and (ended := _ended(svc, job, current)):
@@ -428,17 +479,23 @@ def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: s
         confirming=confirming_why,
         confirmed=confirmation and target is not None,
         restored_as=restored_as,
+        canary=canary,
+        held=held_spec(svc, observed) if canary else None,
     )
 
 
 __all__ = [
+    "ABORTED_BY_HAND",
     "FAILED",
+    "PROMOTED_BY_HAND",
     "Plan",
     "Record",
     "Start",
+    "canary_wanted",
     "confirming",
     "decide",
     "earlier_renderings",
+    "held_spec",
     "measured_again",
     "restorable",
     "runs_to_prune",

@@ -37,10 +37,17 @@ from vllm_operator.apply import (
 from vllm_operator.benchmarking import carry_out
 from vllm_operator.gates import Run
 from vllm_operator.observe import observe
-from vllm_operator.observed import BenchView, Observed, previous_revision
-from vllm_operator.policy import Plan, Start, decide, describe, restorable
+from vllm_operator.observed import (
+    SERVED_SPEC_ANNOTATION,
+    BenchView,
+    Observed,
+    previous_revision,
+)
+from vllm_operator.policy import Plan, Start, decide, describe, held_spec, restorable
+from vllm_operator.progressive import Rollout, progress
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL, revision
+from vllm_operator.render.canary import render_canary
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
@@ -110,23 +117,35 @@ def render_children(
     live_since: str | None = None,
     now: str | None = None,
     replicas_owned_elsewhere: bool = False,
+    rollout: Rollout | None = None,
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
-    `restored`: during a rollback, the service as recorded for the revision rolled back to:
-    only the pod template (what defines a revision) comes from it; everything else (replicas,
-    autoscaling, PDB, rollout strategy, the Service, monitoring) from the current spec."""
+    `restored`: during a rollback, the service as recorded for the revision rolled back to, or
+    while a canary is measured, the spec the serving pods run: only the pod template (what
+    defines a revision) comes from it; everything else (replicas, autoscaling, PDB, rollout
+    strategy, the Service, monitoring) from the current spec. `rollout`: the canary's part
+    (progressive.progress): the canary Deployment, one serving pod fewer for it."""
     template = render_pod_template(restored, settings) if restored is not None else None
+    deployment = render_deployment(
+        svc,
+        settings,
+        live_replicas,
+        template=template,
+        live_held=live_held,
+        live_since=live_since,
+        now=now,
+        replicas_owned_elsewhere=replicas_owned_elsewhere,
+    )
+    canary = []
+    if rollout is not None and rollout.canary_replicas is not None:
+        manifest = render_canary(svc, settings)
+        manifest["spec"]["replicas"] = rollout.canary_replicas
+        canary.append(manifest)
+    if rollout is not None and rollout.take_one and "replicas" in deployment["spec"]:
+        deployment["spec"]["replicas"] = max(1, svc.spec.replicas - 1)
     rendered = [
-        render_deployment(
-            svc,
-            settings,
-            live_replicas,
-            template=template,
-            live_held=live_held,
-            live_since=live_since,
-            now=now,
-            replicas_owned_elsewhere=replicas_owned_elsewhere,
-        ),
+        deployment,
+        *canary,
         render_service(svc, settings),
         render_hpa(svc, settings),
         render_pdb(svc, settings),
@@ -136,17 +155,36 @@ def render_children(
     )
 
 
-def with_revision(manifest: dict[str, Any], live: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A Deployment carries the revision of its pod template in an annotation (metadata
+def served_spec(served: Service, seen: Observed, settings: OperatorSettings) -> str:
+    """The served-spec annotation for a Deployment whose template is rendered from `served`:
+    the live one where it renders the same pod template (a spec change that leaves the
+    template alone, such as the thresholds or monitoring, writes nothing to the Deployment),
+    else `served`'s spec."""
+    held = held_spec(served, seen)
+    if held is not None and render_pod_template(held, settings) == render_pod_template(
+        served, settings
+    ):
+        return seen.served_spec
+    return served.spec.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def with_revision(
+    manifest: dict[str, Any], live: dict[str, Any] | None = None, served: str = ""
+) -> dict[str, Any]:
+    """The serving Deployment carries the revision of its pod template in an annotation (metadata
     only: no rollout), so that observe() knows which revision a finished rollout is of, and
     the revision rolled out before it (observed.previous_revision; `live`: the Deployment as
     it is now): what a failure of this one rolls back to."""
-    if manifest["kind"] != "Deployment":
+    if manifest["kind"] != "Deployment" or REVISION_LABEL in (
+        manifest["metadata"].get("annotations") or {}
+    ):  # (the canary carries the revision it runs already: render/canary.py)
         return manifest
     out = copy.deepcopy(manifest)
     rev = revision(out["spec"]["template"])
     annotations = out["metadata"].setdefault("annotations", {})
     annotations[REVISION_LABEL] = rev
+    if served:  # the spec its template is rendered from: what a canary holds the pods at
+        annotations[SERVED_SPEC_ANNOTATION] = served
     if before := previous_revision(live, rev):
         annotations[PREVIOUS_REVISION_ANNOTATION] = before
     return out
@@ -210,6 +248,8 @@ def _pipeline(
         return Outcome(stale=True)
     # decide (pure): start, stop, judge, roll back, prune; and the one pod each run measures
     plan = aim(svc, seen, decide(svc, seen, settings))
+    # the canary (rollout.canary): a new revision measured before it serves
+    plan, rollout = progress(svc, seen, plan)
     # render (pure): the children, with the pod template of a rollback's target if any
     live_annotations = (seen.deployment or {}).get("metadata", {}).get("annotations") or {}
     rendered = render_children(
@@ -217,13 +257,15 @@ def _pipeline(
         settings,
         (seen.deployment or {}).get("spec", {}).get("replicas"),
         monitoring=seen.monitoring_crds,
-        restored=plan.restored,
+        restored=plan.restored or rollout.hold,
         live_held=live_annotations.get(REPLICAS_HELD_ANNOTATION),
         live_since=live_annotations.get(REPLICAS_HELD_SINCE_ANNOTATION),
         now=_now(),
         replicas_owned_elsewhere=bool(replicas_managers(seen.deployment, settings.field_manager)),
+        rollout=rollout,
     )
-    desired = [with_revision(m, seen.deployment) for m in rendered]
+    served = served_spec(plan.restored or rollout.hold or svc, seen, settings)
+    desired = [with_revision(m, seen.deployment, served) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}
 
     # what was refused: a child other than what serves (a refusal of what serves, or a
@@ -246,7 +288,9 @@ def _pipeline(
             bench=bench,
             revision=plan.restored_as
             or plan.rolled_back_to
+            or (obs.deployment_revision if rollout.hold is not None else "")
             or revision(render_pod_template(svc, settings)),
+            rollout=rollout,
             monitoring_crds=seen.monitoring_crds,
             refused=tuple(refused),
             bench_refused=on_bench[0] if on_bench and bench is not None else None,
@@ -299,12 +343,17 @@ def _apply_children(
     is raised; one of another child is added to `failed` and the others are still written."""
     changes: list[Change] = []
     for manifest in desired:
-        # the Deployment was read by observe(); apply() reads the other children itself
-        live = seen.deployment if manifest["kind"] == "Deployment" else None
+        # the Deployments were read by observe(); apply() reads the other children itself
+        live = None
+        if manifest["kind"] == "Deployment":
+            serving = manifest["metadata"]["name"] == svc.name
+            live = seen.deployment if serving else seen.canary
         try:
             change = writer.apply(manifest, live=live, generation=svc.generation, owned_only=True)
         except ApplyError as exc:
-            if manifest["kind"] in SERVING or not _refusal(exc):
+            # (the canary serves no one: its refusal is reported as another child's)
+            serves = manifest["kind"] in SERVING and manifest["metadata"]["name"] == svc.name
+            if serves or not _refusal(exc):
                 raise
             failed.append(exc)
             continue
@@ -395,6 +444,14 @@ def _events(
             warning = Event("Warning", c["reason"], c["message"])
             if warning not in events:  # (a refusal on Degraded and ChildrenSynced: one event)
                 events.append(warning)
+    # one event per phase of a revision's way through a canary (progressive.py)
+    was_r, now_r = old.get("rollout") or {}, new.get("rollout") or {}
+    if now_r and (now_r.get("phase"), now_r.get("revision")) != (
+        was_r.get("phase"),
+        was_r.get("revision"),
+    ):
+        kind = "Warning" if now_r["phase"] == "Aborted" else "Normal"
+        events.append(Event(kind, f"Rollout{now_r['phase']}", str(now_r.get("message", ""))))
     # a rollback stays in force though this operator renders the pod templates differently
     # now: said once (the rollback's own Warning, when it begins now, says it already)
     was, now = old.get("benchmark") or {}, new.get("benchmark") or {}

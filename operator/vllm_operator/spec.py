@@ -86,6 +86,11 @@ RESERVED_ENV: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HO
 RERUN_ANNOTATION = "serving.vllm-operator.dev/rerun-benchmark"
 # on a VLLMService: end a replica hold (autoscaling switched off) now, and start none
 RELEASE_HOLD_ANNOTATION = "serving.vllm-operator.dev/release-replicas-hold"
+# on a VLLMService, valued with the revision of the canary in progress (status.rollout.revision):
+# promote it now whatever its benchmark says, or abort it now (the stable pods keep serving).
+# A value naming another revision does nothing, so one left behind never acts on a later one.
+PROMOTE_ANNOTATION = "serving.vllm-operator.dev/promote"
+ABORT_ANNOTATION = "serving.vllm-operator.dev/abort"
 # metadata.name: the children (a Service above all) need an RFC 1035 label: no dots
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # an extended resource name: a DNS subdomain prefix, a slash, a name (no spaces)
@@ -567,6 +572,26 @@ class AutoscalingSpec(_Model):
         return self
 
 
+class CanarySpec(_Model):
+    """A new revision proves itself on one pod outside the Service before it serves anyone."""
+
+    enabled: bool = Field(
+        default=True,
+        description="With benchmark gates set (benchmark.thresholds), a change of the pod "
+        "template first starts one canary pod of the new revision that the Service does not "
+        "select, benchmarks it alone, and only then rolls the serving pods to it; a revision "
+        "that fails its gates (onFailure: Rollback, confirmed by a second run) is stopped there "
+        "and never serves. false: roll out first and benchmark a serving pod afterwards.",
+    )
+    when_no_room: Literal["Wait", "ReplaceStable"] = Field(
+        default="Wait",
+        description="When the canary pod cannot be scheduled for want of room: Wait (the "
+        "status says which resource, since when), or ReplaceStable: with 2 or more stable "
+        "replicas whose count the operator sets (autoscaling off), run one stable pod fewer "
+        "while the canary runs.",
+    )
+
+
 class RolloutSpec(_Model):
     """How a new revision replaces the old one."""
 
@@ -592,6 +617,9 @@ class RolloutSpec(_Model):
     )
     max_unavailable: int = Field(
         default=1, ge=0, le=100, description="Pods that may be down during a rollout."
+    )
+    canary: CanarySpec = Field(
+        default_factory=CanarySpec, description="Benchmark a new revision before it serves."
     )
 
     @model_validator(mode="after")
@@ -1038,6 +1066,9 @@ class Service(_Model):
     rerun: str | None = None
     # the release-replicas-hold annotation is set: spec.replicas applies at once
     release_hold: bool = False
+    # the promote / abort annotations' values: the canary revision to promote or abort now
+    promote: str | None = None
+    abort: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Service:
@@ -1050,6 +1081,8 @@ class Service(_Model):
             spec=VLLMServiceSpec.model_validate(known_fields(VLLMServiceSpec, body.get("spec"))),
             rerun=(meta.get("annotations") or {}).get(RERUN_ANNOTATION) or None,
             release_hold=RELEASE_HOLD_ANNOTATION in (meta.get("annotations") or {}),
+            promote=(meta.get("annotations") or {}).get(PROMOTE_ANNOTATION) or None,
+            abort=(meta.get("annotations") or {}).get(ABORT_ANNOTATION) or None,
         )
 
 
@@ -1134,6 +1167,23 @@ class BenchmarkStatus(_Model):
     )
 
 
+class RolloutStatus(_Model):
+    """A new revision on its way to serving (rollout.canary)."""
+
+    phase: Literal["Canary", "Promoting", "Promoted", "Aborted"] = Field(
+        description="Canary: one pod of the new revision, outside the Service, is measured; "
+        "Promoting: it passed (or was promoted by hand) and the serving pods roll to it; "
+        "Promoted: every serving pod runs it; Aborted: it failed its gates or was aborted by "
+        "hand, and the stable revision kept serving.",
+    )
+    revision: str = Field(description="The new revision.")
+    stable_revision: str | None = Field(
+        default=None, description="The revision that serves while the canary is measured."
+    )
+    canary: str | None = Field(default=None, description="The canary Deployment.")
+    message: str = Field(default="", max_length=32_768, description="Why, in words.")
+
+
 class AutoscalingStatus(_Model):
     """The HorizontalPodAutoscaler as its controller last reported it."""
 
@@ -1181,6 +1231,9 @@ class VLLMServiceStatus(_Model):
     model: str | None = Field(default=None, description="The served model name.")
     revision: str | None = Field(default=None, description="Pod-template revision running.")
     benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
+    rollout: RolloutStatus | None = Field(
+        default=None, description="The last revision rolled out through a canary."
+    )
     autoscaling: AutoscalingStatus | None = Field(
         default=None, description="The autoscaler's state (when autoscaling is enabled)."
     )

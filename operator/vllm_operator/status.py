@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_operator.observed import BenchView, Observed, rolled_out
+from vllm_operator.progressive import ABORTED, CANARY, Rollout, status_of
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
@@ -476,6 +477,35 @@ def _monitoring(svc: Service, crds: bool | None) -> list[Cond]:
     ]
 
 
+def _canary_conditions(conds: list[Cond], rollout: Rollout) -> list[Cond]:
+    """While the canary is measured the rollout is in progress (the serving pods, rolled out
+    at the stable revision, say complete); once it is aborted the service is Degraded (a
+    rollback of its gates says so already: its reason stays)."""
+    if rollout.phase == CANARY:
+        progressing = Cond("Progressing", "True", "Canary", rollout.message)
+        if rollout.take_one:
+            progressing = Cond(
+                "Progressing",
+                "True",
+                "Canary",
+                f"{rollout.message} (whenNoRoom ReplaceStable: one serving pod fewer meanwhile)",
+            )
+        return [progressing if c.type == "Progressing" else c for c in conds]
+    if rollout.phase == ABORTED:
+        degraded = next((c for c in conds if c.type == "Degraded"), None)
+        if degraded is not None and degraded.reason == "BenchmarkRollback":
+            return [
+                Cond(c.type, c.status, c.reason, f"{rollout.message}; {c.message}")
+                if c is degraded
+                else c
+                for c in conds
+            ]
+        if degraded is None or degraded.status == "False":
+            aborted = Cond("Degraded", "True", "CanaryAborted", rollout.message)
+            return [c for c in conds if c.type != "Degraded"] + [aborted]
+    return conds
+
+
 def compute_status(
     svc: Service,
     obs: Observed,
@@ -488,12 +518,15 @@ def compute_status(
     monitoring_crds: bool | None = None,
     refused: tuple[Refusal, ...] | None = None,
     bench_refused: Refusal | None = None,
+    rollout: Rollout | None = None,
 ) -> dict[str, Any]:
     """`refused`: what this reconcile could not write or read of the children (the
     ChildrenSynced condition; None: not reported). A write refused (not a read: that is
     transient, and nothing was changed) is also Degraded=True, unless Degraded already says
     something of serving. `bench_refused`: a benchmark run's write or read that failed, on
-    BenchmarkComplete. Ready stays what the observed serving state says."""
+    BenchmarkComplete. Ready stays what the observed serving state says. `rollout`: a new
+    revision's way through a canary (status.rollout; Progressing while it is measured,
+    Degraded once it is aborted)."""
     conds, counts = _rollout(svc, obs)
     status: dict[str, Any] = {
         "observedGeneration": svc.generation,
@@ -538,6 +571,9 @@ def compute_status(
                     f"{bench.rollback_refused}",
                 )
             )
+    if rollout is not None and (shown := status_of(rollout, svc)) is not None:
+        status["rollout"] = shown
+        conds = _canary_conditions(conds, rollout)
     if bench_refused is not None:
         conds = [
             Cond(c.type, "False", bench_refused.reason, bench_refused.message)

@@ -18,6 +18,7 @@ tests of other branches) the run measures the Service, as every run did before.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from vllm_operator.benchtarget import Target, choose_target, target_gone
 from vllm_operator.gates import Run
@@ -29,20 +30,31 @@ from vllm_operator.spec import Service
 TARGET_GONE = "TargetPodGone"
 
 
-def _choose(svc: Service, observed: Observed) -> tuple[bool, Target | None]:
-    """(may start, the pod to measure)."""
+def _choose(svc: Service, observed: Observed, canary: bool) -> tuple[bool, Target | None]:
+    """(may start, the pod to measure): on a canary (rollout.canary), the canary's pod."""
+    if canary:
+        choice = choose_target(observed.canary, list(observed.canary_pods or ()), svc.spec.port)
+        return choice.target is not None, choice.target
     if observed.pods is None:
         return True, None
     choice = choose_target(observed.deployment, list(observed.pods), svc.spec.port)
     return choice.target is not None, choice.target
 
 
+def _pods(observed: Observed) -> tuple[dict[str, Any], ...] | None:
+    """The pods read, the serving ones and the canary's (None: none read)."""
+    if observed.pods is None and observed.canary_pods is None:
+        return None
+    return (*(observed.pods or ()), *(observed.canary_pods or ()))
+
+
 def gone(run: Run, observed: Observed) -> Record | None:
     """The record that fails `run` because its measured pod went away; None while the pod is
     there (Ready or not), for a run without a recorded pod, or when the pods were not read."""
-    if run.target is None or observed.pods is None:
+    pods = _pods(observed)
+    if run.target is None or pods is None:
         return None
-    pod = next((p for p in observed.pods if p["metadata"]["name"] == run.target.pod), None)
+    pod = next((p for p in pods if p["metadata"]["name"] == run.target.pod), None)
     why = target_gone(run.target, pod)
     if why is None:
         return None
@@ -65,7 +77,7 @@ def aim(svc: Service, observed: Observed, plan: Plan) -> Plan:
     elif start is not None and start.resume and current is not None and current.target:
         start = dataclasses.replace(start, target=current.target)
     elif start is not None:
-        may, pod = _choose(svc, observed)
+        may, pod = _choose(svc, observed, plan.canary)
         start = dataclasses.replace(start, target=pod) if may else None
     elif ended is not None and not any(r.run == plan.run for r in records):
         job = next((j for j in observed.jobs if j.name == plan.run), None)

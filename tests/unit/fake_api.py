@@ -159,8 +159,11 @@ def rolled_out(api: FakeApi, namespace: str = "ns", name: str = "minimal") -> No
         "readyReplicas": want,
         "availableReplicas": want,
     }
+    selector = dep["spec"]["selector"]["matchLabels"]
     for path in [p for p in api.objects if f"/namespaces/{namespace}/pods/" in p]:
-        del api.objects[path]
+        pod_labels = api.objects[path]["metadata"].get("labels") or {}
+        if all(pod_labels.get(k) == v for k, v in selector.items()):  # (not a canary's)
+            del api.objects[path]
     pod_hash = revision(dep["spec"]["template"])[:8]
     pod = f"{name}-{pod_hash}-x1"
     labels = dict(dep["spec"]["template"]["metadata"]["labels"])

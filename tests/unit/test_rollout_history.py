@@ -25,7 +25,11 @@ DEP = _path("apps/v1", "Deployment", "ns", "minimal")
 
 
 def spec(seqs: int, **bench: Any) -> dict[str, Any]:
-    return {"engine": {"maxNumSeqs": seqs}, "benchmark": bench}
+    # measured after the rollout (rollout.canary off; tests/unit/test_canary.py: on a canary)
+    return {"engine": {"maxNumSeqs": seqs}, "benchmark": bench, "rollout": DIRECT}
+
+
+DIRECT = {"canary": {"enabled": False}}
 
 
 def svc(seqs: int, **bench: Any) -> Service:

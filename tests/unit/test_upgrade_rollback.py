@@ -31,8 +31,13 @@ DEP = _path("apps/v1", "Deployment", "ns", "minimal")
 GATES = {"onFailure": "Rollback", "thresholds": {"minOutputTokensPerSecond": 50}}
 
 
+# the flow measured after the rollout (rollout.canary off): what an upgrade does to a
+# rollback in force there (tests/unit/test_canary.py: the same through a canary)
+DIRECT = {"canary": {"enabled": False}}
+
+
 def spec(seqs: int) -> dict[str, Any]:
-    return {"engine": {"maxNumSeqs": seqs}, "benchmark": GATES}
+    return {"engine": {"maxNumSeqs": seqs}, "benchmark": GATES, "rollout": DIRECT}
 
 
 def svc(seqs: int) -> Service:

@@ -1,0 +1,69 @@
+"""The canary: one pod of a new revision that the Service does not select (rollout.canary).
+
+Its pods carry `app.kubernetes.io/instance: <name>-canary` where the serving pods carry
+`<name>`: the Service, the serving Deployment's ReplicaSets, the PDB, the PodMonitor and the
+HPA's pod metrics all select on the serving value, so no client request reaches the canary,
+no disruption budget counts it and no autoscaler reads its queue. The service label stays,
+so the watch wakes the service for its events and the prune finds it once it is not rendered.
+
+Its pod template is the serving one's (render_pod_template) with those two labels changed;
+the revision it runs is the serving template's (annotated: the label change is not a
+revision of its own), so its run is the revision's run and a pass promotes exactly it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from vllm_operator.render.benchmark import REVISION_LABEL, revision
+from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.render.meta import labels, owner_reference
+from vllm_operator.settings import OperatorSettings
+from vllm_operator.spec import Service
+
+COMPONENT = "canary"
+INSTANCE = "app.kubernetes.io/instance"
+
+
+def canary_name(svc: Service) -> str:
+    return f"{svc.name}-canary"
+
+
+def canary_selector(svc: Service) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "vllm", INSTANCE: canary_name(svc)}
+
+
+def canary_template(template: dict[str, Any], svc: Service) -> dict[str, Any]:
+    """A serving pod template as the canary runs it (its selector labels changed only)."""
+    out = copy.deepcopy(template)
+    pod_labels = out["metadata"]["labels"]
+    pod_labels[INSTANCE] = canary_name(svc)
+    pod_labels["app.kubernetes.io/component"] = COMPONENT
+    return out
+
+
+def render_canary(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
+    """The canary Deployment of the spec's revision: one replica, Recreate (a newer canary
+    frees the GPU of the older before it starts), annotated with the serving revision."""
+    template = render_pod_template(svc, settings)
+    meta_labels = {**labels(svc, COMPONENT), INSTANCE: canary_name(svc)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": canary_name(svc),
+            "namespace": svc.namespace,
+            "labels": meta_labels,
+            "annotations": {REVISION_LABEL: revision(template)},
+            "ownerReferences": [owner_reference(svc)],
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": canary_selector(svc)},
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 2,
+            "progressDeadlineSeconds": svc.spec.probes.startup_timeout_seconds + 600,
+            "template": canary_template(template, svc),
+        },
+    }
