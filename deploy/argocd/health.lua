@@ -7,6 +7,8 @@
 --   benchmark rollback, a refused or foreign child: ChildrenSynced=False says which;
 --   never a failed read)                      -> Degraded, with the condition's message
 --   Ready=False, reason ScaledToZero           -> Suspended (replicas: 0 on purpose)
+--   Progressing=True, reason Canary            -> Progressing (a new revision is measured on
+--                                                its canary; the stable pods serve meanwhile)
 --   Ready=True                                 -> Healthy
 --   Progressing=False, ProgressDeadlineExceeded -> Degraded
 --   anything else                              -> Progressing (a rollout under way)
@@ -51,6 +53,10 @@ end
 if ready ~= nil and ready.status == "False" and ready.reason == "ScaledToZero" then
   hs.status = "Suspended"
   hs.message = msg(ready, "Scaled to zero")
+  return hs
+end
+if progressing ~= nil and progressing.status == "True" and progressing.reason == "Canary" then
+  hs.message = msg(progressing, "A new revision is measured on its canary")
   return hs
 end
 if ready ~= nil and ready.status == "True" then

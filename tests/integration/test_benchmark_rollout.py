@@ -363,13 +363,18 @@ def test_a_newer_rollout_supersedes_a_running_benchmark(
     assert "superseded" in cm["data"]["message"]
 
 
+@pytest.mark.parametrize("canary", [True, False], ids=["on-a-canary", "after-the-rollout"])
 def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
     operator: OperatorProcess,
     cluster: LocalCluster,
     namespace: str,
     vllm_server: VllmServer,
     tmp_path: Path,
+    canary: bool,
 ) -> None:
+    """On a canary (rollout.canary, the default with gates) the failing revision is measured
+    on a pod outside the Service and never replaces the serving pods; after the rollout
+    (canary off) it is deployed, measured and rolled back. The rest is the same."""
     apply(cluster, namespace, service("gated"))
     first = job_of(cluster, namespace, "gated")
     good_rev = bench_status(cluster, namespace, "gated")["revision"]
@@ -401,6 +406,7 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
                         "onFailure": "Rollback",
                         "thresholds": {"minOutputTokensPerSecond": 1e9},
                     },
+                    "rollout": {"canary": {"enabled": canary}},
                 }
             }
         ),
@@ -413,7 +419,14 @@ def test_a_failing_gate_with_rollback_restores_the_previous_revision_once(
     st = bench_status(cluster, namespace, "gated")
     assert condition({"status": st}, "BenchmarkComplete")["reason"] == "ConfirmingFailure"
     assert condition({"status": st}, "Degraded")["status"] == "False"
-    assert st["revision"] == bad_rev
+    if canary:  # what serves is the good revision, untouched; the bad one is the canary's
+        assert st["revision"] == good_rev
+        assert (st["rollout"]["phase"], st["rollout"]["revision"]) == ("Canary", bad_rev)
+        dep = get(cluster, namespace, "deployment", "gated")
+        assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == good_args
+        assert next(iter(target_pods(confirmation))).startswith("gated-canary-")
+    else:
+        assert st["revision"] == bad_rev
     assert play_job(cluster, namespace, confirmation, vllm_server.url, tmp_path / "3") == 0
 
     def rolled_back() -> dict[str, Any] | None:

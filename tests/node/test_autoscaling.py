@@ -201,19 +201,29 @@ def test_vllm_queue_scales_the_deployment_up_and_back_down(
             timeout=30,
         )
         assert dep["spec"]["replicas"] == 2
-        pods = wait_for(
-            "a second vLLM pod on the node",
-            lambda: (
-                [
-                    p
-                    for p in _json(lc, "get", "pods", "-n", ns, "-l", SERVER)["items"]
-                    if p["spec"].get("nodeName") == NODE_NAME
-                ][1:]
-                and True
-            ),
-            timeout=60,
-        )
-        assert pods
+        where: list[str] = []
+
+        def second_pod() -> bool:
+            items = _json(lc, "get", "pods", "-n", ns, "-l", SERVER)["items"]
+            # where each pod is, and why the scheduler has not placed one (for the failure)
+            where[:] = [
+                f"{p['metadata']['name']} node={p['spec'].get('nodeName')} "
+                f"phase={p.get('status', {}).get('phase')} "
+                + "; ".join(
+                    f"{c.get('type')}={c.get('status')} {c.get('reason', '')} "
+                    f"{c.get('message', '')}"
+                    for c in p.get("status", {}).get("conditions", [])
+                    if c.get("status") != "True"
+                )
+                for p in items
+            ]
+            return len([p for p in items if p["spec"].get("nodeName") == NODE_NAME]) >= 2
+
+        # (an unschedulable pod is retried within the scheduler's back-off)
+        try:
+            wait_for("a second vLLM pod on the node", second_pod, timeout=180)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the pods: {where}") from None
 
         # the service tells the truth about its autoscaler (the operator's 5 s drift timer)
         def scaled_up_status() -> dict[str, Any] | None:

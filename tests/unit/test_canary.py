@@ -6,15 +6,19 @@ at every step (a revision that never reaches it served no request)."""
 from __future__ import annotations
 
 import copy
+import dataclasses as dc
 import datetime as dt
 from typing import Any
 
+from tests.chart_support import argocd_health
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.apply import _path
-from vllm_operator.observe import history
-from vllm_operator.policy import ABORTED_BY_HAND, SUPERSEDED, confirming
+from vllm_operator.observe import history, observe
+from vllm_operator.observed import Observed
+from vllm_operator.policy import ABORTED_BY_HAND, SUPERSEDED, Plan, confirming, decide
+from vllm_operator.progressive import progress
 from vllm_operator.reconcile import Outcome, reconcile
 from vllm_operator.render.benchmark import revision, run_name
 from vllm_operator.render.deployment import render_pod_template
@@ -119,6 +123,9 @@ def test_a_good_revision_is_measured_on_the_canary_alone_then_promoted() -> None
     assert (progressing["status"], progressing["reason"]) == ("True", "Canary")
     assert ("Normal", "RolloutCanary") in events(outcome)
     assert api.objects[PATH]["status"]["revision"] == rev(8)  # what serves
+    # Argo CD waits: Progressing while the canary is measured (the stable pods are Ready)
+    assert cond(api, "Ready")["status"] == "True"
+    assert argocd_health(api.objects[PATH])[0] == "Progressing"
     # the canary is up: its run measures the canary's pod, not a serving one
     rolled_out(api, name="minimal-canary")
     reconciled(api)
@@ -139,6 +146,7 @@ def test_a_good_revision_is_measured_on_the_canary_alone_then_promoted() -> None
     outcome = reconciled(api)
     assert rollout(api)["phase"] == "Promoted"
     assert ("Normal", "RolloutPromoted") in events(outcome)
+    assert argocd_health(api.objects[PATH])[0] == "Healthy"
     # measured once: no second run of 16 on the serving pods
     assert [r.name for r in history(api, svc(16)) if r.revision == rev(16)] == [run]
     passed = cond(api, "BenchmarkPassed")
@@ -176,6 +184,10 @@ def test_a_failing_revision_is_stopped_at_the_canary_and_never_serves() -> None:
     assert (degraded["status"], degraded["reason"]) == ("True", "BenchmarkRollback")
     assert "on the canary" in degraded["message"]
     assert ("Warning", "RolloutAborted") in events(outcome)
+    assert argocd_health(api.objects[PATH]) == (
+        "Degraded",
+        f"BenchmarkRollback: {degraded['message']}",
+    )
     # and it stays so
     rolled_out(api)
     reconciled(api)
@@ -349,3 +361,49 @@ def test_no_room_for_the_canary_waits_and_says_so_or_takes_one_stable_pod_out() 
     publish(api, run_name(svc(16, None, **extra), rev(16)), 70)
     reconciled(api)
     assert (serving_revision(api), api.objects[DEP]["spec"]["replicas"]) == (rev(16), 3)
+
+
+# ---- the pure decision step (progressive.progress), with exact inputs ----------------------
+
+
+def _observed_canary(seqs: int = 16) -> tuple[Service, Observed, Plan]:
+    """A service at 8 whose spec asks for `seqs`, the canary up: (service, observed, plan)."""
+    api = FakeApi(SETTINGS)
+    stable(api, 8)
+    apply_spec(api, seqs)
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    current = Service.from_body(api.objects[PATH])
+    seen = observe(api, current)
+    return current, seen, decide(current, seen, SETTINGS)
+
+
+def test_progress_holds_the_serving_pods_while_the_canary_is_measured() -> None:
+    current, seen, plan = _observed_canary()
+    assert plan.canary
+    assert plan.start is None  # its run was started by the reconcile above
+    _, rollout_ = progress(current, seen, plan)
+    assert (rollout_.phase, rollout_.canary_replicas, rollout_.take_one) == ("Canary", 1, False)
+    assert rollout_.hold is not None
+    assert revision(render_pod_template(rollout_.hold, SETTINGS)) == rev(8)
+    assert (rollout_.revision, rollout_.stable) == (rev(16), rev(8))
+
+
+def test_progress_by_hand_stops_the_run_and_names_only_its_revision() -> None:
+    current, seen, plan = _observed_canary()
+    run = run_name(current, rev(16))
+    jobs = tuple(dc.replace(j, active=True) if j.name == run else j for j in seen.jobs)
+    seen = dc.replace(seen, jobs=jobs)
+    other = current.model_copy(update={"abort": rev(32)})
+    assert progress(other, seen, plan)[1].phase == "Canary"
+    aborting = current.model_copy(update={"abort": rev(16)})
+    new_plan, rollout_ = progress(aborting, seen, plan)
+    assert (rollout_.phase, rollout_.canary_replicas, rollout_.by_hand) == ("Aborted", 0, True)
+    assert new_plan.stop == (run,)
+    assert [r.data for r in new_plan.record if r.run == run] == [
+        {"state": "Failed", "message": ABORTED_BY_HAND}
+    ]
+    promoting = current.model_copy(update={"promote": rev(16)})
+    new_plan, rollout_ = progress(promoting, seen, plan)
+    assert (rollout_.phase, rollout_.hold, rollout_.canary_replicas) == ("Promoting", None, 0)
+    assert new_plan.stop == (run,)

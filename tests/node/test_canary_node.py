@@ -1,0 +1,272 @@
+"""Benchmark before traffic on the real node (issue 21, items 1, 3 and 5), nothing simulated: a
+one-replica CPU vLLM service serves a client that streams through the Service the whole time.
+
+1. A revision made slower on purpose (maxNumSeqs 1) whose gate it cannot meet starts as one
+   canary pod outside the Service, is measured twice on that pod alone and is stopped there
+   (Aborted): the serving pod is the same pod throughout, the canary's IP never appears in the
+   Service's EndpointSlices, and the canary's own request counter holds no more requests than
+   the two benchmark runs sent it (its client requests: 0).
+2. A good revision is measured on its canary, promoted, and the serving pod is replaced by a
+   surge pod (maxSurge 1, maxUnavailable 0), with the preStop drain: the streaming client sees
+   no failed request over both rollouts.
+
+The operator runs on the host as its own ServiceAccount (conftest.host_operator)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import get, items, ready, sample, wait_for
+from vllm_localenv.cluster import LocalCluster
+
+pytestmark = pytest.mark.node
+NAMESPACE_PREFIX = "canary"  # conftest.model_namespace
+
+NAME = "tiny-canary"
+SERVER = f"serving.vllm-operator.dev/service={NAME},app.kubernetes.io/component=server"
+CANARY = f"app.kubernetes.io/instance={NAME}-canary"
+BENCH = {
+    "scenarios": ["streaming"],
+    "timeoutSeconds": 900,
+    "onFailure": "Rollback",
+    "args": ["--streaming-requests", "8", "--output-tokens", "16", "--warmup-requests", "1"],
+}
+
+
+def _service() -> dict[str, Any]:
+    body = sample("tiny-cpu")
+    body["metadata"]["name"] = NAME
+    spec = body["spec"]
+    spec["replicas"] = 1
+    spec["resources"]["cpu"] = "600m"  # serving + canary + the benchmark Job fit on 2 CPUs
+    spec["rollout"] = {"maxSurge": 1, "maxUnavailable": 0}
+    spec["drainSeconds"] = 5
+    spec["benchmark"] = {"enabled": False}
+    return body
+
+
+class StreamingClient:
+    """Streaming completions through the Service, one after another, until stopped; every
+    request that did not end with the stream's [DONE] is a failure."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sent = self.ok = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _one(self) -> None:
+        body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 16, "stream": True}
+        req = urllib.request.Request(
+            f"{self.url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=120) as r:
+            lines = r.read().decode().splitlines()
+        if "data: [DONE]" not in lines:
+            raise OSError(f"the stream ended without [DONE]: {lines[-3:]}")
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.sent += 1
+            try:
+                self._one()
+            except OSError as exc:
+                self.failures.append(f"{time.strftime('%H:%M:%S')} {exc}")
+                time.sleep(0.2)
+                continue
+            self.ok += 1
+
+    def __enter__(self) -> StreamingClient:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=150)
+
+
+class Watcher:
+    """Every second: the Service's endpoint IPs, the canary pods' IPs, and the largest request
+    counter each canary pod reported (read at its pod IP while it runs)."""
+
+    def __init__(self, lc: LocalCluster, ns: str) -> None:
+        self.lc, self.ns = lc, ns
+        self.endpoints: set[str] = set()
+        self.canary_ips: set[str] = set()
+        self.canary_requests: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _look(self) -> None:
+        slices = items(self.lc, self.ns, "endpointslices", f"kubernetes.io/service-name={NAME}")
+        for s in slices:
+            for e in s.get("endpoints") or []:
+                self.endpoints.update(e.get("addresses") or [])
+        for pod in items(self.lc, self.ns, "pods", CANARY):
+            ip = pod.get("status", {}).get("podIP")
+            if not ip:
+                continue
+            self.canary_ips.add(ip)
+            try:
+                with urllib.request.urlopen(f"http://{ip}:8000/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            total = sum(
+                s.value
+                for f in text_string_to_metric_families(text)
+                for s in f.samples
+                if s.name == "vllm:request_success_total"
+            )
+            name = pod["metadata"]["name"]
+            self.canary_requests[name] = max(total, self.canary_requests.get(name, 0.0))
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(Exception):  # (a read during a restart: the next look)
+                self._look()
+            self.stop.wait(1.0)
+
+    def __enter__(self) -> Watcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def _rollout(lc: LocalCluster, ns: str, phase: str, revision: str | None = None) -> Any:
+    svc = get(lc, ns, "vllmservice", NAME) or {}
+    r = svc.get("status", {}).get("rollout") or {}
+    if r.get("phase") == phase and revision in (None, r.get("revision")):
+        return svc
+    return None
+
+
+def _patch(lc: LocalCluster, ns: str, spec: dict[str, Any]) -> None:
+    lc.kubectl(
+        "patch", "vllmservice", NAME, "-n", ns, "--type=merge", "-p", json.dumps({"spec": spec})
+    )
+
+
+def _own_requests(lc: LocalCluster, ns: str, run: str) -> int:
+    """The requests a benchmark run sent (its result: its own requests and its warm-up)."""
+    cm = get(lc, ns, "configmap", run)
+    assert cm is not None
+    result = json.loads(cm["data"]["result.json"])
+    return int(result["liveLoad"]["ownRequests"]) + int(result["environment"]["warmup"]["requests"])
+
+
+# three CPU vLLM starts, a surge, and three benchmark runs on 2 busy cores
+@pytest.mark.timeout(2700)
+def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_errors(
+    real_cluster: LocalCluster, model_namespace: str
+) -> None:
+    lc, ns = real_cluster, model_namespace
+    lc.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(_service()))
+    wait_for("the service Ready", lambda: ready(lc, ns, NAME), timeout=1200, every=5)
+    (stable_pod,) = items(lc, ns, "pods", SERVER)
+    svc = get(lc, ns, "service", NAME)
+    assert svc is not None
+    url = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+
+    with StreamingClient(url) as client, Watcher(lc, ns) as watcher:
+        wait_for("the client's first answers", lambda: client.ok >= 3, timeout=120)
+        # 1. slower on purpose, and a gate it cannot meet
+        _patch(
+            lc,
+            ns,
+            {
+                "engine": {"maxNumSeqs": 1},
+                "benchmark": {
+                    **BENCH,
+                    "enabled": True,
+                    "thresholds": {"maxTtftP95Seconds": 0.0001},
+                },
+            },
+        )
+        canary = wait_for("the canary phase", lambda: _rollout(lc, ns, "Canary"), timeout=120)
+        bad = canary["status"]["rollout"]["revision"]
+        stable = canary["status"]["rollout"]["stableRevision"]
+        aborted = wait_for(
+            "the canary stopped (two failed runs)",
+            lambda: _rollout(lc, ns, "Aborted", bad),
+            timeout=1800,
+            every=3,
+        )
+        st = aborted["status"]
+        # (the stable revision was never measured: nothing to roll back to, it is held)
+        assert (st["revision"], st["rollout"]["stableRevision"]) == (stable, stable), st
+        assert "served no request" in st["rollout"]["message"], st["rollout"]
+        degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+        assert (degraded["status"], degraded["reason"]) == ("True", "CanaryAborted"), degraded
+        runs = [
+            cm["metadata"]["name"]
+            for cm in items(lc, ns, "configmaps", "app.kubernetes.io/component=benchmark")
+            if cm["metadata"]["labels"].get("serving.vllm-operator.dev/revision") == bad
+        ]
+        assert len(runs) == 2, runs  # the failure confirmed by a second run
+        own = sum(_own_requests(lc, ns, r) for r in runs)
+        # the serving pod never stopped: the same pod, and the Deployment at the stable revision
+        (still,) = items(lc, ns, "pods", SERVER)
+        assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]
+        dep = get(lc, ns, "deployment", NAME)
+        assert dep is not None
+        assert dep["metadata"]["annotations"]["serving.vllm-operator.dev/revision"] == stable
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--max-num-seqs") + 1] == "16", args  # the sample's, not 1
+        # what the failing revision's canary pod answered: its runs' requests, no one else's
+        wait_for("a scrape of the canary", lambda: watcher.canary_requests, timeout=5)
+        bad_served = max(watcher.canary_requests.values())
+
+        # 2. a good revision: measured on its canary, then promoted
+        changed = time.monotonic()
+        _patch(
+            lc,
+            ns,
+            {
+                "engine": {"maxNumSeqs": 4},
+                "benchmark": {**BENCH, "thresholds": {"maxTtftP95Seconds": 120}},
+            },
+        )
+        promoted = wait_for(
+            "the good revision promoted",
+            lambda: (
+                (s := _rollout(lc, ns, "Promoted"))
+                and s["status"]["rollout"]["revision"] != bad
+                and s
+            ),
+            timeout=1800,
+            every=3,
+        )
+        to_promoted = time.monotonic() - changed
+        wait_for("the service Ready again", lambda: ready(lc, ns, NAME), timeout=300, every=3)
+        time.sleep(3)  # a few more answers from the promoted pod
+
+    # the canary's IPs were never the Service's; the canary served the benchmark only
+    assert watcher.canary_ips, "no canary pod was seen"
+    assert watcher.endpoints, "no endpoint of the Service was seen"
+    assert not watcher.canary_ips & watcher.endpoints, (watcher.canary_ips, watcher.endpoints)
+    assert 0 < bad_served <= own, (bad_served, own)  # (0: the scrape never saw its runs)
+    print(
+        f"\nfailing revision {bad}: its canary answered {bad_served:.0f} requests, its two runs "
+        f"sent {own}; client requests through the Service {client.sent}, failed "
+        f"{len(client.failures)}; spec change -> Promoted {to_promoted:.0f} s"
+    )
+    assert client.failures == [], client.failures[:5]
+    assert client.ok > 10, client.ok
+    new_pods = items(lc, ns, "pods", SERVER)
+    assert [p["metadata"]["uid"] for p in new_pods] != [stable_pod["metadata"]["uid"]]
+    assert promoted["status"]["rollout"]["stableRevision"] == stable
