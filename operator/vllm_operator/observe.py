@@ -60,7 +60,9 @@ def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observ
     if deployment is not None:
         ready = deployment.get("status", {}).get("readyReplicas", 0)
         wanted = deployment.get("spec", {}).get("replicas", 0)
-        if ready < wanted:  # only look at pods when something is missing
+        # only look at pods when something is missing, or a rollout is under way (a surge
+        # pod that waits for room: render/deployment.surge_refused)
+        if ready < wanted or not rolled_out(deployment):
             selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
             problems, waiting = pod_problems(
                 reader.list_children("v1", "Pod", svc.namespace, selector)

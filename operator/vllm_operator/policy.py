@@ -278,7 +278,7 @@ def canary_wanted(svc: Service, observed: Observed, rev: str) -> bool:
     and a Deployment that serves another revision, with replicas, whose spec is recorded."""
     bench, dep = svc.spec.benchmark, observed.deployment
     return bool(
-        svc.spec.rollout.canary.enabled
+        svc.spec.rollout.canary_settings.enabled
         and bench.enabled
         and bench.thresholds.any
         and dep is not None

@@ -96,7 +96,10 @@ def _take_one(svc: Service, observed: Observed) -> bool:
     """whenNoRoom ReplaceStable: the canary's pod waits for room, or one serving pod is out for
     it already (the serving Deployment runs one fewer than it would), and the operator sets
     the serving count (autoscaling off) with two or more replicas."""
-    if svc.spec.rollout.canary.when_no_room != "ReplaceStable" or svc.spec.autoscaling.enabled:
+    if (
+        svc.spec.rollout.canary_settings.when_no_room != "ReplaceStable"
+        or svc.spec.autoscaling.enabled
+    ):
         return False
     if svc.spec.replicas < 2:
         return False

@@ -42,6 +42,7 @@ from vllm_operator.observed import (
     BenchView,
     Observed,
     previous_revision,
+    rolled_out,
 )
 from vllm_operator.policy import Plan, Start, decide, describe, held_spec, restorable
 from vllm_operator.progressive import Rollout, progress
@@ -54,6 +55,7 @@ from vllm_operator.render.deployment import (
     render_deployment,
     render_pod_template,
     replicas_managers,
+    surge_refused,
 )
 from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
@@ -118,6 +120,7 @@ def render_children(
     now: str | None = None,
     replicas_owned_elsewhere: bool = False,
     rollout: Rollout | None = None,
+    no_room_for_surge: str = "",
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
     `restored`: during a rollback, the service as recorded for the revision rolled back to, or
@@ -135,6 +138,7 @@ def render_children(
         live_since=live_since,
         now=now,
         replicas_owned_elsewhere=replicas_owned_elsewhere,
+        no_room_for_surge=no_room_for_surge,
     )
     canary = []
     if rollout is not None and rollout.canary_replicas is not None:
@@ -263,6 +267,12 @@ def _pipeline(
         now=_now(),
         replicas_owned_elsewhere=bool(replicas_managers(seen.deployment, settings.field_manager)),
         rollout=rollout,
+        no_room_for_surge=surge_refused(
+            svc,
+            revision(render_pod_template(plan.restored or rollout.hold or svc, settings)),
+            seen.deployment,
+            bool(seen.pods_waiting) and not rolled_out(seen.deployment or {"metadata": {}}),
+        ),
     )
     served = served_spec(plan.restored or rollout.hold or svc, seen, settings)
     desired = [with_revision(m, seen.deployment, served) for m in rendered]

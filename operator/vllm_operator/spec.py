@@ -618,9 +618,23 @@ class RolloutSpec(_Model):
     max_unavailable: int = Field(
         default=1, ge=0, le=100, description="Pods that may be down during a rollout."
     )
-    canary: CanarySpec = Field(
-        default_factory=CanarySpec, description="Benchmark a new revision before it serves."
+    # (no default in the schema: the stored rollout of an existing object stays as it was)
+    one_replica_surge: bool | None = Field(
+        default=None,
+        description="A one-replica service without autoscaling rolls out with maxSurge 1 and "
+        "maxUnavailable 0 (the new pod is Ready before the old one stops: no downtime) when "
+        "there is room for one more pod; when the scheduler finds none, it is replaced in place "
+        "as maxSurge/maxUnavailable say (the status says so). false: maxSurge/maxUnavailable "
+        "always. Unset: true.",
     )
+    canary: CanarySpec | None = Field(
+        default=None,
+        description="Benchmark a new revision before it serves (unset: enabled, whenNoRoom Wait).",
+    )
+
+    @property
+    def canary_settings(self) -> CanarySpec:
+        return self.canary if self.canary is not None else CanarySpec()
 
     @model_validator(mode="after")
     def _can_progress(self) -> RolloutSpec:  # mirrors the CEL rule

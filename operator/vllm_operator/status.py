@@ -18,9 +18,11 @@ from typing import Any
 
 from vllm_operator.observed import BenchView, Observed, rolled_out
 from vllm_operator.progressive import ABORTED, CANARY, Rollout, status_of
+from vllm_operator.render.benchmark import REVISION_LABEL
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
+    SURGE_REFUSED_ANNOTATION,
 )
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
@@ -157,6 +159,7 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
                 "True",
                 "RollingOut",
                 f"rolling out generation {svc.generation}: {updated}/{want} updated, {ready} ready"
+                + _surge_note(dep)
                 + "".join(
                     f"; pod {w.pod} waits to be scheduled ({w.message})".replace(" ()", "")
                     for w in obs.pods_waiting[:1]
@@ -186,6 +189,18 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
     else:
         conds.append(Cond("Degraded", "False", "AsExpected", ""))
     return conds, counts
+
+
+def _surge_note(dep: dict[str, Any]) -> str:
+    """A one-replica rollout that found no room for its surge pod says so (oneReplicaSurge)."""
+    annotations = dep.get("metadata", {}).get("annotations") or {}
+    refused = annotations.get(SURGE_REFUSED_ANNOTATION)
+    if not refused or refused != annotations.get(REVISION_LABEL):
+        return ""
+    return (
+        "; no room for a surge pod: the one replica is replaced in place (down meanwhile; "
+        "rollout.oneReplicaSurge)"
+    )
 
 
 def _fmt(x: float | None, unit: str = "") -> str:

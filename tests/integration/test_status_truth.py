@@ -189,7 +189,9 @@ def test_no_stale_benchmark_keys_across_revisions_and_rollbacks_and_no_op_resync
     )
     bench = st["benchmark"]
     assert bench["revision"] not in (rev_a, rev_b)
-    assert st["revision"] == bench["revision"]
+    # measured on its canary (the default with gates): A, restored, serves meanwhile
+    assert (st["rollout"]["phase"], st["rollout"]["revision"]) == ("Canary", bench["revision"])
+    assert st["revision"] == rev_a
     stale = {"rolledBackTo", "failures", "passed", "outputTokensPerSecond", "completedAt"}
     assert stale & set(bench) == set(), bench
     assert condition({"status": st}, "Degraded")["reason"] != "BenchmarkRollback"

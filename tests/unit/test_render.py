@@ -17,7 +17,12 @@ from pydantic import ValidationError
 from tests.unit.builders import body, service
 from vllm_operator.reconcile import describe, render_children
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.deployment import render_deployment, server_args
+from vllm_operator.render.deployment import (
+    SURGE_REFUSED_ANNOTATION,
+    render_deployment,
+    server_args,
+    surge_refused,
+)
 from vllm_operator.render.service import endpoint, render_service
 from vllm_operator.settings import OperatorSettings
 from vllm_operator.spec import Service, VLLMServiceSpec, parse_quantity
@@ -108,9 +113,10 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                 "app.kubernetes.io/instance": "minimal",
             }
         },
+        # one replica: a surge pod, so that it never goes down (rollout.oneReplicaSurge)
         "strategy": {
             "type": "RollingUpdate",
-            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
         },
         "revisionHistoryLimit": 10,
         "progressDeadlineSeconds": 1800 + 600,
@@ -658,6 +664,29 @@ def test_rollout_surge() -> None:
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 0},
     }
+
+
+def test_one_replica_surges_unless_switched_off_or_refused_for_want_of_room() -> None:
+    surge = {"maxSurge": 1, "maxUnavailable": 0}
+    as_set = {"maxSurge": 0, "maxUnavailable": 1}
+    for spec, rolling in (
+        ({}, surge),
+        ({"rollout": {"oneReplicaSurge": False}}, as_set),
+        ({"replicas": 2}, as_set),
+        ({"autoscaling": {"enabled": True, "minReplicas": 1}}, as_set),
+    ):
+        dep = render_deployment(service("minimal", spec), SETTINGS)
+        assert dep["spec"]["strategy"]["rollingUpdate"] == rolling, spec
+    refused = render_deployment(service("minimal"), SETTINGS, no_room_for_surge="abc")
+    assert refused["spec"]["strategy"]["rollingUpdate"] == as_set
+    assert refused["metadata"]["annotations"][SURGE_REFUSED_ANNOTATION] == "abc"
+    # refused once for a revision: for the rest of its rollout (no flapping), not the next
+    svc = service("minimal")
+    live = {"metadata": {"annotations": {SURGE_REFUSED_ANNOTATION: "abc"}}}
+    assert surge_refused(svc, "abc", live, no_room=False) == "abc"
+    assert surge_refused(svc, "def", live, no_room=False) == ""
+    assert surge_refused(svc, "def", live, no_room=True) == "def"
+    assert surge_refused(service("minimal", {"replicas": 2}), "def", live, no_room=True) == ""
 
 
 def test_user_gpu_toleration_replaces_the_default() -> None:

@@ -20,6 +20,9 @@ CONTAINER = "vllm"
 REPLICAS_HELD_ANNOTATION = f"{GROUP}/replicas-held-for"
 # when a hold began (autoscaling switched off): it ends replicas_hold_seconds later
 REPLICAS_HELD_SINCE_ANNOTATION = f"{GROUP}/replicas-held-since"
+# On the Deployment: the revision whose rollout found no room for a surge pod (one replica,
+# rollout.oneReplicaSurge): it is replaced in place, as maxSurge/maxUnavailable say
+SURGE_REFUSED_ANNOTATION = f"{GROUP}/no-room-for-surge"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Pod Security "restricted" (settings.vllm_pod_security): any non-root uid works, since
 # nothing vLLM writes needs the image's user; 65532 is images/vllm-cpu's own user. vLLM,
@@ -358,8 +361,11 @@ def render_deployment(
     live_since: str | None = None,
     now: str | None = None,
     replicas_owned_elsewhere: bool = False,
+    no_room_for_surge: str = "",
 ) -> dict[str, Any]:
-    """`template`: a pod template to run instead of the spec's (a rollback's). `live_replicas`,
+    """`template`: a pod template to run instead of the spec's (a rollback's).
+    `no_room_for_surge`: the revision whose rollout found no room for a surge pod (surges).
+    `live_replicas`,
     `live_held` and `live_since`: the live Deployment's replicas, REPLICAS_HELD_ANNOTATION and
     REPLICAS_HELD_SINCE_ANNOTATION; `now`: the reconcile's time (RFC 3339).
     `replicas_owned_elsewhere`: another field manager (the HPA's scale) owns spec.replicas of the
@@ -380,8 +386,12 @@ def render_deployment(
         meta["annotations"] = {REPLICAS_HELD_ANNOTATION: held}
         if since is not None:
             meta["annotations"][REPLICAS_HELD_SINCE_ANNOTATION] = since
+    if no_room_for_surge:
+        meta.setdefault("annotations", {})[SURGE_REFUSED_ANNOTATION] = no_room_for_surge
     if spec.rollout.strategy == "Recreate":
         strategy: dict[str, Any] = {"type": "Recreate"}
+    elif surges(svc) and not no_room_for_surge:
+        strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     else:
         strategy = {
             "type": "RollingUpdate",
@@ -406,6 +416,29 @@ def render_deployment(
             "template": template if template is not None else render_pod_template(svc, settings),
         },
     }
+
+
+def surges(svc: Service) -> bool:
+    """A one-replica service (autoscaling off) whose rollout would take its only pod down
+    (maxUnavailable 1 or more) rolls out with a surge pod instead (oneReplicaSurge)."""
+    r = svc.spec.rollout
+    return (
+        r.one_replica_surge is not False
+        and r.strategy == "RollingUpdate"
+        and r.max_unavailable > 0
+        and not svc.spec.autoscaling.enabled
+        and svc.spec.replicas == 1
+    )
+
+
+def surge_refused(svc: Service, rev: str, live: dict[str, Any] | None, no_room: bool) -> str:
+    """The SURGE_REFUSED_ANNOTATION value: `rev` (the revision rendered now) when a surge
+    applies and its rollout found no room for the surge pod (`no_room`: a new pod waits for
+    room) or found none earlier (the live annotation names it); "" otherwise."""
+    if not surges(svc) or live is None:
+        return ""
+    annotations = live.get("metadata", {}).get("annotations") or {}
+    return rev if no_room or annotations.get(SURGE_REFUSED_ANNOTATION) == rev else ""
 
 
 def replicas_managers(live: dict[str, Any] | None, field_manager: str) -> set[str]:
