@@ -50,6 +50,8 @@ class Rollout:
     take_one: bool = False  # whenNoRoom ReplaceStable: one serving pod fewer for the canary
     message: str = ""
     by_hand: bool = False  # the promote or abort annotation decided
+    # the canary's pod cannot come up (a crash loop, an image that cannot be pulled): why
+    failing: str = ""
 
 
 def _stop(plan: Plan, observed: Observed, message: str) -> Plan:
@@ -167,6 +169,9 @@ def progress(svc: Service, observed: Observed, plan: Plan) -> tuple[Plan, Rollou
         hold=plan.held,
         take_one=_take_one(svc, observed),
         message=_waiting(svc, observed, plan),
+        failing=next(
+            (f"canary pod {p.pod}: {p.reason}: {p.message}" for p in observed.canary_problems), ""
+        ),
     )
 
 

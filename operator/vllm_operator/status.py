@@ -505,7 +505,19 @@ def _canary_conditions(conds: list[Cond], rollout: Rollout) -> list[Cond]:
                 "Canary",
                 f"{rollout.message} (whenNoRoom ReplaceStable: one serving pod fewer meanwhile)",
             )
-        return [progressing if c.type == "Progressing" else c for c in conds]
+        conds = [progressing if c.type == "Progressing" else c for c in conds]
+        degraded = next((c for c in conds if c.type == "Degraded"), None)
+        if rollout.failing and (degraded is None or degraded.status == "False"):
+            # the new revision cannot start: the stable pods serve, and a person must act
+            failing = Cond(
+                "Degraded",
+                "True",
+                "CanaryFailing",
+                f"{rollout.failing}; revision {rollout.stable} serves meanwhile (fix the spec, "
+                "or abort the canary)",
+            )
+            conds = [c for c in conds if c.type != "Degraded"] + [failing]
+        return conds
     if rollout.phase == ABORTED:
         degraded = next((c for c in conds if c.type == "Degraded"), None)
         if degraded is not None and degraded.reason == "BenchmarkRollback":

@@ -407,3 +407,43 @@ def test_progress_by_hand_stops_the_run_and_names_only_its_revision() -> None:
     new_plan, rollout_ = progress(promoting, seen, plan)
     assert (rollout_.phase, rollout_.hold, rollout_.canary_replicas) == ("Promoting", None, 0)
     assert new_plan.stop == (run,)
+
+
+def test_a_canary_that_cannot_start_is_degraded_and_the_stable_pods_serve() -> None:
+    api = FakeApi(SETTINGS)
+    stable(api, 8)
+    apply_spec(api, 16)
+    template = api.objects[CANARY]["spec"]["template"]
+    api.put(
+        _path("v1", "Pod", "ns", "minimal-canary-abc-x1"),
+        {
+            "metadata": {
+                "name": "minimal-canary-abc-x1",
+                "namespace": "ns",
+                "labels": dict(template["metadata"]["labels"]),
+            },
+            "spec": {},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "vllm",
+                        "ready": False,
+                        "restartCount": 3,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {
+                            "terminated": {"exitCode": 1, "message": "unrecognized arguments"}
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    reconciled(api)
+    degraded = cond(api, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "CanaryFailing")
+    assert "unrecognized arguments" in degraded["message"]
+    assert rev(8) in degraded["message"]
+    assert cond(api, "Ready")["status"] == "True"
+    assert serving_revision(api) == rev(8)
+    assert rollout(api)["phase"] == "Canary"
