@@ -9,6 +9,9 @@ images of scripts/build-images.sh.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +20,7 @@ from dataclasses import asdict
 import pytest
 
 from vllm_localenv import model_volume
-from vllm_localenv.cluster import REPO_ROOT, LocalCluster, Ports
+from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster, Ports
 from vllm_localenv.operator_process import OperatorProcess, install
 
 NODE_STATE_DIR = REPO_ROOT / ".state" / "node-cluster"
@@ -48,10 +51,37 @@ def node_cluster() -> LocalCluster:
     )
 
 
+# the namespaces this tier makes (namespace_with_model): `<prefix>-<8 hex>`
+TEST_NAMESPACE = re.compile(r"^[a-z]+-[0-9a-f]{8}$")
+
+
+def sweep_leftovers(lc: LocalCluster) -> list[str]:
+    """Deletes test namespaces an earlier run left in the kept state directory (an
+    interrupted run, a failed delete): their vLLM pods would hold the one node's CPUs and
+    starve this run's pods. Waits (bounded) until their pods are gone. Returns their names."""
+    names = [
+        n
+        for n in lc.kubectl("get", "namespaces", "-o", "name").split()
+        if TEST_NAMESPACE.match(n.removeprefix("namespace/"))
+    ]
+    for name in names:
+        lc.kubectl("delete", name, "--wait=false", check=False)
+    deadline = time.monotonic() + 300
+    while names and time.monotonic() < deadline:
+        left = [n for n in lc.kubectl("get", "namespaces", "-o", "name").split() if n in names]
+        if not left:
+            break
+        time.sleep(2)
+    return [n.removeprefix("namespace/") for n in names]
+
+
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[LocalCluster]:
     lc = node_cluster()
     with lc.session():
+        swept = sweep_leftovers(lc)
+        if swept:
+            print(f"\nnode tier: deleted the namespaces an earlier run left: {swept}")
         yield lc
 
 
@@ -87,7 +117,14 @@ def namespace_with_model(lc: LocalCluster, prefix: str) -> Iterator[str]:
     try:
         yield ns
     finally:
-        lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        # (its pods hold the node's CPUs: a failed delete is tried again, and the next
+        # session sweeps what is left, sweep_leftovers)
+        for attempt in range(3):
+            try:
+                lc.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found")
+                break
+            except (ClusterError, subprocess.TimeoutExpired):
+                time.sleep(2 * (attempt + 1))
         model_volume.delete(lc, ns)
 
 
