@@ -70,6 +70,13 @@ class Observed:
     canary_waiting: tuple[PodProblem, ...] = field(default_factory=tuple)
 
     @property
+    def waits_for_room(self) -> bool:
+        """A serving pod waits to be scheduled for want of room (within its grace or after)."""
+        return bool(self.pods_waiting) or any(
+            p.reason == "Unschedulable" and _no_room(p.message) for p in self.pod_problems
+        )
+
+    @property
     def served_spec(self) -> str:
         """The spec (JSON) the live Deployment's pod template was rendered from ("": not
         recorded: a Deployment of an earlier operator): what a canary in progress holds the

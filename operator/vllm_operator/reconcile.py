@@ -271,7 +271,7 @@ def _pipeline(
             svc,
             revision(render_pod_template(plan.restored or rollout.hold or svc, settings)),
             seen.deployment,
-            bool(seen.pods_waiting) and not rolled_out(seen.deployment or {"metadata": {}}),
+            seen.waits_for_room and not rolled_out(seen.deployment or {"metadata": {}}),
         ),
     )
     served = served_spec(plan.restored or rollout.hold or svc, seen, settings)

@@ -447,3 +447,56 @@ def test_a_canary_that_cannot_start_is_degraded_and_the_stable_pods_serve() -> N
     assert cond(api, "Ready")["status"] == "True"
     assert serving_revision(api) == rev(8)
     assert rollout(api)["phase"] == "Canary"
+
+
+def test_one_replica_surges_and_is_replaced_in_place_when_there_is_no_room() -> None:
+    """rollout.oneReplicaSurge (issue 21, item 3): no gates, so no canary; the one replica's
+    rollout surges; once its surge pod waits for room, this revision rolls in place and the
+    status says so; the next revision tries the surge again."""
+    surge = {"maxSurge": 1, "maxUnavailable": 0}
+    in_place = {"maxSurge": 0, "maxUnavailable": 1}
+    api = FakeApi(SETTINGS)
+    apply_spec(api, 8, {})
+    rolled_out(api)
+    reconciled(api)
+    assert api.objects[DEP]["spec"]["strategy"]["rollingUpdate"] == surge
+    apply_spec(api, 16, {})
+    assert serving_revision(api) == rev(16)
+    api.objects[DEP]["status"]["updatedReplicas"] = 0  # the rollout under way
+    template = api.objects[DEP]["spec"]["template"]
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    api.put(
+        _path("v1", "Pod", "ns", "minimal-new-x1"),
+        {
+            "metadata": {
+                "name": "minimal-new-x1",
+                "namespace": "ns",
+                "creationTimestamp": now,
+                "labels": dict(template["metadata"]["labels"]),
+            },
+            "spec": {},
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                    }
+                ],
+            },
+        },
+    )
+    reconciled(api)
+    dep = api.objects[DEP]
+    assert dep["spec"]["strategy"]["rollingUpdate"] == in_place
+    assert dep["metadata"]["annotations"]["serving.vllm-operator.dev/no-room-for-surge"] == rev(16)
+    assert "no room for a surge pod" in cond(api, "Progressing")["message"]
+    # it stays in place for this revision's rollout, and the next revision surges again
+    del api.objects[_path("v1", "Pod", "ns", "minimal-new-x1")]
+    rolled_out(api)
+    reconciled(api)
+    assert api.objects[DEP]["spec"]["strategy"]["rollingUpdate"] == in_place
+    apply_spec(api, 32, {})
+    assert api.objects[DEP]["spec"]["strategy"]["rollingUpdate"] == surge
