@@ -388,14 +388,16 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
             timeout=120,
         )
         # (on the benchmark's condition: a refused run's object never makes it un-Ready)
+        # (one read per look: each retry writes the run "starting" before its refused Role,
+        # so two reads can see the refusal and then that)
         status = wait_for(
             "the refusal in the status",
             lambda: (
-                condition(get(cluster, ns_b, "vllmservice", "lp-b"), "BenchmarkComplete").get(
-                    "reason"
-                )
+                (
+                    c := condition(get(cluster, ns_b, "vllmservice", "lp-b"), "BenchmarkComplete")
+                ).get("reason")
                 == "ApplyFailed"
-                and condition(get(cluster, ns_b, "vllmservice", "lp-b"), "BenchmarkComplete")
+                and c
             ),
             timeout=60,
         )

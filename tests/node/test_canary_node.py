@@ -17,6 +17,7 @@ The operator runs on the host as its own ServiceAccount (conftest.host_operator)
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import threading
 import time
@@ -49,7 +50,6 @@ def _service() -> dict[str, Any]:
     spec = body["spec"]
     spec["replicas"] = 1
     spec["resources"]["cpu"] = "700m"  # serving + canary + the Job's 500m fit on 2 CPUs
-    spec["drainSeconds"] = 5
     spec["benchmark"] = {"enabled": False}
     return body
 
@@ -82,7 +82,7 @@ class StreamingClient:
             self.sent += 1
             try:
                 self._one()
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:  # (a stream cut: IncompleteRead)
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {exc}")
                 time.sleep(0.2)
                 continue
