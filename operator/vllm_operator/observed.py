@@ -71,10 +71,10 @@ class Observed:
 
     @property
     def waits_for_room(self) -> bool:
-        """A serving pod waits to be scheduled for want of room (within its grace or after)."""
-        return bool(self.pods_waiting) or any(
-            p.reason == "Unschedulable" and _no_room(p.message) for p in self.pod_problems
-        )
+        """A serving pod has waited to be scheduled for want of room beyond its grace
+        (UNSCHEDULABLE_GRACE): within it, a terminating pod (a canary scaled to 0, an old
+        pod's drain) may still free the room."""
+        return any(p.reason == "Unschedulable" and _no_room(p.message) for p in self.pod_problems)
 
     @property
     def served_spec(self) -> str:

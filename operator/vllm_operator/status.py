@@ -166,9 +166,14 @@ def _rollout(svc: Service, obs: Observed) -> tuple[list[Cond], dict[str, Any]]:
                 ),
             )
         )
-    problem = obs.pod_problems[0] if obs.pod_problems else None
+    # a surge pod without room, once the surge was given up for it, is a rollout in progress:
+    # the one pod is replaced in place and frees the room (oneReplicaSurge)
+    problems = [
+        p for p in obs.pod_problems if not (_surge_note(dep) and p.reason == "Unschedulable")
+    ]
+    problem = problems[0] if problems else None
     if problem is not None:
-        extra = f" (and {len(obs.pod_problems) - 1} more)" if len(obs.pod_problems) > 1 else ""
+        extra = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         conds.append(
             Cond(
                 "Degraded",

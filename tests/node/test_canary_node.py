@@ -233,6 +233,8 @@ def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_
         bad_served = max(watcher.canary_requests.values())
 
         # 2. promoted by hand: the serving pod is replaced by a surge pod, no request fails
+        # (once the aborted canary's pod is gone: the node has room for one more pod, not two)
+        wait_for("the canary's pod gone", lambda: not items(lc, ns, "pods", CANARY), timeout=300)
         changed = time.monotonic()
         lc.kubectl("annotate", "vsvc", NAME, "-n", ns, f"serving.vllm-operator.dev/promote={bad}")
         promoted = wait_for(

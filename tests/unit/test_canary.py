@@ -464,14 +464,21 @@ def test_one_replica_surges_and_is_replaced_in_place_when_there_is_no_room() -> 
     assert serving_revision(api) == rev(16)
     api.objects[DEP]["status"]["updatedReplicas"] = 0  # the rollout under way
     template = api.objects[DEP]["spec"]["template"]
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+    def waiting_since(seconds: float) -> None:
+        """The surge pod, created `seconds` ago, waits for room."""
+        created = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+        stamp = created.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        api.objects[_path("v1", "Pod", "ns", "minimal-new-x1")]["metadata"]["creationTimestamp"] = (
+            stamp
+        )
+
     api.put(
         _path("v1", "Pod", "ns", "minimal-new-x1"),
         {
             "metadata": {
                 "name": "minimal-new-x1",
                 "namespace": "ns",
-                "creationTimestamp": now,
                 "labels": dict(template["metadata"]["labels"]),
             },
             "spec": {},
@@ -488,9 +495,15 @@ def test_one_replica_surges_and_is_replaced_in_place_when_there_is_no_room() -> 
             },
         },
     )
+    # within its grace a terminating pod (a canary scaled to 0, a drain) may free the room
+    waiting_since(5)
+    reconciled(api)
+    assert api.objects[DEP]["spec"]["strategy"]["rollingUpdate"] == surge
+    waiting_since(3600)  # past it: given up for this revision, and not Degraded for it
     reconciled(api)
     dep = api.objects[DEP]
     assert dep["spec"]["strategy"]["rollingUpdate"] == in_place
+    assert cond(api, "Degraded")["status"] == "False"
     assert dep["metadata"]["annotations"]["serving.vllm-operator.dev/no-room-for-surge"] == rev(16)
     assert "no room for a surge pod" in cond(api, "Progressing")["message"]
     # it stays in place for this revision's rollout, and the next revision surges again
