@@ -169,6 +169,12 @@ def test_vllm_queue_scales_the_deployment_up_and_back_down(
             f"--url={url}",
             "--model=tiny",
             "--scenarios=batching",
+            # the queue must pass 20 per pod at once: 64 warm-up requests submitted together
+            # (the batching scenario's own phases reach 32 in flight only at the top of its
+            # ladder, minutes later on a loaded machine: a CI run saw 14 waiting at most and
+            # no scale-up within 400 s), and 24 at once in its concurrent phase
+            "--warmup-requests=64",
+            "--requests=24",
             "--max-concurrency=32",
             "--output-tokens=96",
             "--max-duration-seconds=420",
