@@ -130,15 +130,20 @@ def describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _with_recorded_spec(svc: Service, run: Run) -> Service | None:
-    """`svc` with the spec recorded for `run` (None: none recorded, or it does not parse)."""
-    if not run.spec_json:
+def _with_spec_json(svc: Service, text: str) -> Service | None:
+    """`svc` with the spec `text` (JSON; None: empty, or it does not parse)."""
+    if not text:
         return None
     try:
-        spec = VLLMServiceSpec.model_validate_json(run.spec_json)
+        spec = VLLMServiceSpec.model_validate_json(text)
     except ValidationError:
         return None
     return svc.model_copy(update={"spec": spec})
+
+
+def _with_recorded_spec(svc: Service, run: Run) -> Service | None:
+    """`svc` with the spec recorded for `run` (None: none recorded, or it does not parse)."""
+    return _with_spec_json(svc, run.spec_json)
 
 
 def restorable(
@@ -264,13 +269,7 @@ def held_spec(svc: Service, observed: Observed) -> Service | None:
     """`svc` with the spec the serving Deployment's pod template was rendered from (its
     annotation), when it is recorded and parses: what the serving pods stay at while a canary
     is measured. None: a Deployment of an earlier operator (no canary: rolled out directly)."""
-    if not observed.served_spec:
-        return None
-    try:
-        spec = VLLMServiceSpec.model_validate_json(observed.served_spec)
-    except ValidationError:
-        return None
-    return svc.model_copy(update={"spec": spec})
+    return _with_spec_json(svc, observed.served_spec)
 
 
 def canary_wanted(svc: Service, observed: Observed, rev: str) -> bool:

@@ -311,17 +311,17 @@ def test_a_deployment_of_an_earlier_operator_rolls_out_directly_once() -> None:
     assert CANARY not in api.objects
 
 
-def _unschedulable(api: FakeApi) -> None:
-    """The canary's pod waits for a GPU (just created: within the scheduling grace)."""
-    template = api.objects[CANARY]["spec"]["template"]
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+def _pending(api: FakeApi, name: str, template: dict[str, Any], age: float = 0.0) -> None:
+    """A pod of `template`'s labels, created `age` seconds ago, that waits for a GPU."""
+    created = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=age)
+    stamp = created.replace(microsecond=0).isoformat().replace("+00:00", "Z")
     api.put(
-        _path("v1", "Pod", "ns", "minimal-canary-abc-x1"),
+        _path("v1", "Pod", "ns", name),
         {
             "metadata": {
-                "name": "minimal-canary-abc-x1",
+                "name": name,
                 "namespace": "ns",
-                "creationTimestamp": now,
+                "creationTimestamp": stamp,
                 "labels": dict(template["metadata"]["labels"]),
             },
             "spec": {},
@@ -338,6 +338,11 @@ def _unschedulable(api: FakeApi) -> None:
             },
         },
     )
+
+
+def _unschedulable(api: FakeApi) -> None:
+    """The canary's pod waits for a GPU (just created: within the scheduling grace)."""
+    _pending(api, "minimal-canary-abc-x1", api.objects[CANARY]["spec"]["template"])
 
 
 def test_no_room_for_the_canary_waits_and_says_so_or_takes_one_stable_pod_out() -> None:
@@ -467,34 +472,8 @@ def test_one_replica_surges_and_is_replaced_in_place_when_there_is_no_room() -> 
 
     def waiting_since(seconds: float) -> None:
         """The surge pod, created `seconds` ago, waits for room."""
-        created = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
-        stamp = created.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        api.objects[_path("v1", "Pod", "ns", "minimal-new-x1")]["metadata"]["creationTimestamp"] = (
-            stamp
-        )
+        _pending(api, "minimal-new-x1", template, age=seconds)
 
-    api.put(
-        _path("v1", "Pod", "ns", "minimal-new-x1"),
-        {
-            "metadata": {
-                "name": "minimal-new-x1",
-                "namespace": "ns",
-                "labels": dict(template["metadata"]["labels"]),
-            },
-            "spec": {},
-            "status": {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
-                    }
-                ],
-            },
-        },
-    )
     # within its grace a terminating pod (a canary scaled to 0, a drain) may free the room
     waiting_since(5)
     reconciled(api)
