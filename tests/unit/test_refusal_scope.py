@@ -155,9 +155,12 @@ def test_a_refused_benchmark_object_is_on_the_benchmark_condition_not_ready() ->
     assert not [p for p in api.objects if "/jobs/" in p]
     warnings = [(e.reason, e.message) for e in events if e.type == "Warning"]
     assert warnings == [("ApplyFailed", bench["message"])]
+    before = len(api.writes_made())
     again = run(api)
     assert again.failed is not None
     assert again.events == ()
+    # the retry's refusal is the one on record: no status write (not "starting", then refused)
+    assert status_writes(api, before) == []
     api.denials.clear()
     healed = run(api)
     assert healed.failed is None
