@@ -83,8 +83,8 @@ DEPLOY_PLAIN := deploy/rbac.yaml deploy/admission-policy.yaml deploy/operator.ya
 
 .PHONY: generate
 generate: venv ## regenerate the CRD (crds/ and the chart), deploy/monitoring/ from the code, deploy/*.yaml from the chart
-	$(PY) -m vllm_operator.crdgen crds/vllmservices.yaml $(CHART)/files/crds/vllmservices.yaml
-	$(PY) -m vllm_operator.monitoringgen deploy/monitoring
+	$(PY) -m vllm_operator.generate.crd crds/vllmservices.yaml $(CHART)/files/crds/vllmservices.yaml
+	$(PY) -m vllm_operator.generate.monitoring deploy/monitoring
 	cp $(addprefix deploy/monitoring/,$(CHART_MONITORING)) $(CHART)/files/monitoring/
 	$(PY) -m vllm_localenv.deploygen deploy
 

@@ -53,7 +53,7 @@ if [ "${VLLM_OPERATOR_BUILD_PROMETHEUS:-0}" = 1 ]; then
 fi
 
 # ---------- Prometheus and promtool (Debian's prometheus 2.42) ----------
-# The rule tests (tests/unit/test_monitoring_rules.py) need promtool; the local cluster runs
+# The rule tests (tests/unit/generate/test_monitoring_rules.py) need promtool; the local cluster runs
 # this Prometheus. Installed only where missing; Debian does not start it in a container.
 if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -41,9 +41,9 @@ def render(out: Path) -> None:
     sys.path.insert(0, str(REPO / "operator"))
     import yaml  # noqa: PLC0415 - only the render half needs the operator's packages
 
+    from vllm_operator.api.settings import OperatorSettings  # noqa: PLC0415
+    from vllm_operator.api.spec import Service  # noqa: PLC0415
     from vllm_operator.render.deployment import render_deployment  # noqa: PLC0415
-    from vllm_operator.settings import OperatorSettings  # noqa: PLC0415
-    from vllm_operator.spec import Service  # noqa: PLC0415
 
     samples: dict[str, Any] = {}
     for path in sorted((REPO / "crds" / "samples").glob("*.yaml")):

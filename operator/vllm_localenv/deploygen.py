@@ -1,5 +1,5 @@
 """The plain manifests of deploy/ rendered from the Helm chart, their one source (`make
-generate`; `make check-generated` and tests/unit/test_deploygen.py fail when they drift).
+generate`; `make check-generated` and tests/unit/localenv/test_deploygen.py fail when they drift).
 
 `helm template vllm-operator charts/vllm-operator -n vllm-operator-system -f
 charts/vllm-operator/plain-values.yaml`, split by template into the three files a user applies

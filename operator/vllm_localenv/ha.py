@@ -319,8 +319,8 @@ def candidate_main(argv: list[str] | None = None) -> int:
 
     from kubernetes import client, config  # noqa: PLC0415
 
-    from vllm_operator.leader import LeaderElector, NotLeaderError  # noqa: PLC0415
-    from vllm_operator.settings import OperatorSettings  # noqa: PLC0415
+    from vllm_operator.api.settings import OperatorSettings  # noqa: PLC0415
+    from vllm_operator.runtime.leader import LeaderElector, NotLeaderError  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m vllm_localenv.ha")
     parser.add_argument("namespace")

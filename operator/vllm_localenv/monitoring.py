@@ -7,7 +7,7 @@ What the cluster code does with them:
     cfg = prometheus_config(kubeconfig, [rules_file()], operator_targets=["127.0.0.1:8081"])
     write cfg to <state>/prometheus.yml; start prometheus_args(...)
     start adapter_args(...); apply adapter_registration(adapter_port)
-The scrape and rule definitions are the ones shipped to users (vllm_operator.monitoringgen),
+The scrape and rule definitions are the ones shipped to users (vllm_operator.generate.monitoring),
 so the local pipeline exercises exactly what docs/monitoring.md tells a cluster owner to install.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from vllm_operator.monitoringgen import OPERATOR_METRICS_PORT_NAME, scrape_configs
+from vllm_operator.generate.monitoring import OPERATOR_METRICS_PORT_NAME, scrape_configs
 
 # cluster.py imports this module: the repository root is computed here, not imported from it
 MONITORING_DIR = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"

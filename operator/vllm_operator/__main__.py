@@ -2,6 +2,6 @@
 
 import sys
 
-from vllm_operator.main import main
+from vllm_operator.runtime.main import main
 
 sys.exit(main())

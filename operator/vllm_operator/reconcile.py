@@ -26,26 +26,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.apply import (
-    MONITORING_PRUNABLE,
-    PRUNABLE,
-    ApplyError,
-    Change,
-    ReadError,
-    Writer,
-)
-from vllm_operator.benchmarking import carry_out
-from vllm_operator.gates import Run
-from vllm_operator.observe import observe
-from vllm_operator.observed import (
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import Service
+from vllm_operator.decide.aim import aim
+from vllm_operator.decide.gates import Run
+from vllm_operator.decide.policy import Plan, Start, decide, describe, held_spec, restorable
+from vllm_operator.decide.progressive import Rollout, progress
+from vllm_operator.observe.read import observe
+from vllm_operator.observe.state import (
     SERVED_SPEC_ANNOTATION,
     BenchView,
     Observed,
     previous_revision,
     rolled_out,
 )
-from vllm_operator.policy import Plan, Start, decide, describe, held_spec, restorable
-from vllm_operator.progressive import Rollout, progress
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL, revision
 from vllm_operator.render.canary import render_canary
@@ -59,9 +53,16 @@ from vllm_operator.render.deployment import (
 )
 from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
-from vllm_operator.status import (
+from vllm_operator.write.apply import (
+    MONITORING_PRUNABLE,
+    PRUNABLE,
+    ApplyError,
+    Change,
+    ReadError,
+    Writer,
+)
+from vllm_operator.write.benchmark_runs import carry_out
+from vllm_operator.write.status import (
     CONFIRMING,
     REFUSALS,
     Refusal,
@@ -71,7 +72,6 @@ from vllm_operator.status import (
     read_failed_status,
     rendering_changed,
 )
-from vllm_operator.targeting import aim
 
 __all__ = ["Event", "Outcome", "describe", "reconcile", "render_children", "restorable"]
 
@@ -464,7 +464,7 @@ def _events(
             warning = Event("Warning", c["reason"], c["message"])
             if warning not in events:  # (a refusal on Degraded and ChildrenSynced: one event)
                 events.append(warning)
-    # one event per phase of a revision's way through a canary (progressive.py)
+    # one event per phase of a revision's way through a canary (decide/progressive.py)
     was_r, now_r = old.get("rollout") or {}, new.get("rollout") or {}
     if now_r and (now_r.get("phase"), now_r.get("revision")) != (
         was_r.get("phase"),

@@ -122,7 +122,9 @@ def test_index_lists_each_build_with_its_key(built: dict[str, dict[str, object]]
 
 def test_operator_image_has_its_entry_point(operator_image: Container) -> None:
     res = operator_image.run(
-        "sh", "-c", "id -u; command -v vllm-operator; python3 -c 'import vllm_operator.main'"
+        "sh",
+        "-c",
+        "id -u; command -v vllm-operator; python3 -c 'import vllm_operator.runtime.main'",
     )
     assert res.returncode == 0, res.stderr
     uid, entry = res.stdout.split()

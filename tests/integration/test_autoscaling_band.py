@@ -36,9 +36,9 @@ from vllm_localenv.monitoring import (
     prometheus_config,
     rules_file,
 )
+from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.render.autoscaling import render_hpa
 from vllm_operator.render.deployment import render_deployment
-from vllm_operator.settings import OperatorSettings
 
 pytestmark = pytest.mark.cluster
 

@@ -12,7 +12,7 @@ import pytest
 from tests.support import apply, condition, get, items, ready, sample, wait_for
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
-from vllm_operator.settings import OperatorSettings
+from vllm_operator.api.settings import OperatorSettings
 
 pytestmark = pytest.mark.cluster
 

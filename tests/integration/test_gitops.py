@@ -3,7 +3,7 @@ Argo CD health check (deploy/argocd/health.lua, under Lua 5.1) and kstatus's rul
 statuses the operator really writes.
 
 VLLM_CAPTURE_DIR=tests/data/vllmservice-status keeps the captured objects for the offline
-tests (tests/unit/test_gitops_health.py).
+tests (tests/unit/shipped/test_gitops_health.py).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from kubernetes import client, config
 
 from tests.support import audit, wait_for
 from vllm_localenv.cluster import AUDITED_NAMESPACE, LocalCluster
-from vllm_operator.informer import MANAGED_SELECTOR, Cache, Informer
-from vllm_operator.kube import Kube
+from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.render.meta import SERVICE_LABEL
-from vllm_operator.settings import OperatorSettings
+from vllm_operator.runtime.informer import MANAGED_SELECTOR, Cache, Informer
+from vllm_operator.write.transport import Kube
 
 pytestmark = pytest.mark.cluster
 

@@ -16,8 +16,8 @@ import pytest
 from tests.support import get, wait_for
 from tests.unit.builders import service
 from vllm_localenv.cluster import LocalCluster
+from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.render.monitoring import MONITORING_CRDS, render_monitoring
-from vllm_operator.settings import OperatorSettings
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,7 @@ import pytest
 from tests.support import SAMPLES, apply, condition, container, get, items, ready, sample, wait_for
 from vllm_localenv.cluster import AUDITED_NAMESPACE, LocalCluster
 from vllm_localenv.operator_process import OPERATOR_NAMESPACE, OperatorProcess
-from vllm_operator.informer import MANAGED_SELECTOR
+from vllm_operator.runtime.informer import MANAGED_SELECTOR
 
 pytestmark = pytest.mark.cluster
 SELECTOR = "serving.vllm-operator.dev/service"

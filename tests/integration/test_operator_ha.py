@@ -1,4 +1,4 @@
-"""Two operator replicas, one writer: leader election on a Lease (leader.py). The standby
+"""Two operator replicas, one writer: leader election on a Lease (runtime/leader.py). The standby
 makes no write at all; when the leader is SIGKILLed the standby takes the Lease after it
 expired and reconciles, and the API server's audit log shows the writes of the two replicas
 (told apart by User-Agent) one after the other, never interleaved."""

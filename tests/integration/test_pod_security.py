@@ -23,9 +23,9 @@ from tests.support import get, items, ready, sample, wait_for
 from tests.unit.builders import service
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
+from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.render.benchmark import render_job
 from vllm_operator.render.deployment import render_deployment
-from vllm_operator.settings import OperatorSettings
 
 pytestmark = [pytest.mark.cluster]
 RESTRICTED = OperatorSettings()

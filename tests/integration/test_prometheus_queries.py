@@ -27,7 +27,7 @@ from tests.prometheus_support import (
     without_data,
 )
 from vllm_localenv.monitoring import prometheus_config, rules_file
-from vllm_operator.monitoringgen import all_queries
+from vllm_operator.generate.monitoring import all_queries
 from vllm_operator.render.monitoring import BAND_METRIC
 
 EXPOSITION = (

@@ -21,9 +21,9 @@ from tests.support import items, sample, wait_for
 from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess, install
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import Service
 from vllm_operator.render.deployment import render_pod_template
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
 
 pytestmark = pytest.mark.node
 NAME = "tiny-restricted"

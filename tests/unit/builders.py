@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from vllm_operator.spec import Service
+from vllm_operator.api.spec import Service
 
 SAMPLES = Path(__file__).resolve().parents[2] / "crds" / "samples"
 

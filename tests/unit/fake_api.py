@@ -14,9 +14,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from vllm_operator.apply import Writer, _path
+from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.render.benchmark import revision
-from vllm_operator.settings import OperatorSettings
+from vllm_operator.write.apply import Writer, _path
 
 WRITES = ("PATCH", "DELETE", "POST", "PUT")
 

@@ -13,9 +13,9 @@ import pytest
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
-from vllm_operator.apply import _path
+from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.reconcile import Outcome, reconcile
-from vllm_operator.settings import OperatorSettings
+from vllm_operator.write.apply import _path
 
 SETTINGS = OperatorSettings()
 SVC_PATH = _path(API_VERSION, "VLLMService", "ns", "minimal")

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from vllm_localenv.vllm_server import DEFAULT_VENV, _python
+from vllm_operator.api.spec import DENIED_LONG_ARGS, OWNED_ARGS, Service, owned_flag
 from vllm_operator.render.deployment import server_args
-from vllm_operator.spec import DENIED_LONG_ARGS, OWNED_ARGS, Service, owned_flag
 
 pytestmark = pytest.mark.vllm
 

@@ -23,7 +23,7 @@ from tests.prometheus_support import (
 )
 from vllm_localenv.monitoring import prometheus_config, rules_file
 from vllm_localenv.vllm_server import VllmServer
-from vllm_operator.monitoringgen import all_queries
+from vllm_operator.generate.monitoring import all_queries
 
 pytestmark = pytest.mark.vllm
 

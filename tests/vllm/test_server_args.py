@@ -32,8 +32,7 @@ import yaml
 
 from tests.unit.builders import SAMPLES, deep_merge
 from vllm_localenv.vllm_server import DEFAULT_VENV, _python, free_port
-from vllm_operator.render.deployment import server_args
-from vllm_operator.spec import (
+from vllm_operator.api.spec import (
     BLOCK_SIZES,
     OWNED_ARGS,
     EngineSpec,
@@ -41,6 +40,7 @@ from vllm_operator.spec import (
     VLLMServiceSpec,
     owned_flag,
 )
+from vllm_operator.render.deployment import server_args
 
 pytestmark = pytest.mark.vllm
 

@@ -83,7 +83,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{/* The operator's permissions in a namespace it serves: exactly the requests it makes
-(operator/vllm_operator/kube.py, apply.py, benchmarking.py, observe.py, informer.py and kopf's
+(operator/vllm_operator/write/transport.py, write/apply.py, write/benchmark_runs.py, observe/read.py, runtime/informer.py and kopf's
 watch); tests/integration/test_least_privilege.py runs it under these rules and finds no
 refusal, and every grant used. */}}
 {{- define "vllm-operator.rules" -}}

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import Service
 from vllm_operator.render.meta import metadata, selector_labels
 from vllm_operator.render.monitoring import BAND_METRIC
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
 
 
 def render_hpa(svc: Service, settings: OperatorSettings) -> dict[str, Any] | None:

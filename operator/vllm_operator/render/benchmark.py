@@ -11,11 +11,11 @@ import json
 from typing import Any
 
 from vllm_operator import GROUP
-from vllm_operator.benchtarget import Target
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import Service
+from vllm_operator.decide.target_pod import Target
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL, owner_reference
 from vllm_operator.render.service import endpoint
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
 
 COMPONENT = "benchmark"
 RECORD_COMPONENT = "benchmark-record"
@@ -29,13 +29,13 @@ STATE_KEY = "state"
 MESSAGE_KEY = "message"
 VERDICT_KEY = "verdict"
 VERDICT_FAILURES_KEY = "verdictFailures"
-# the pod the run measures (benchtarget.py), in the run's record and on the Job
+# the pod the run measures (decide/target_pod.py), in the run's record and on the Job
 TARGET_POD_KEY = "targetPod"
 TARGET_UID_KEY = "targetPodUID"
 TARGET_IP_KEY = "targetPodIP"
 TARGET_PORT_KEY = "targetPort"
 TARGET_ANNOTATION = f"{GROUP}/target-pod"
-# on the Deployment: the revision rolled out before the one it runs now (observed.py); in a
+# on the Deployment: the revision rolled out before the one it runs now (observe/state.py); in a
 # run's record: that revision as the run started (what its failure rolls back to)
 PREVIOUS_REVISION_ANNOTATION = f"{GROUP}/previous-revision"
 SERVED_BEFORE_KEY = "servedBefore"
@@ -186,7 +186,7 @@ def runner_args(
     """The user's args first, the operator's flags last: argparse keeps the last value of a
     flag, so even a runner flag the CRD does not know yet cannot redirect the load (and the
     service's API key, sent as the bearer token) away from the service. `target`: the one pod
-    measured (benchtarget.py); without one, the Service (every replica, load-balanced)."""
+    measured (decide/target_pod.py); without one, the Service (every replica, load-balanced)."""
     b = svc.spec.benchmark
     return [
         "run",

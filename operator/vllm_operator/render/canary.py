@@ -16,11 +16,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import Service
 from vllm_operator.render.benchmark import REVISION_LABEL, revision
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.render.meta import labels, owner_reference
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
 
 COMPONENT = "canary"
 INSTANCE = "app.kubernetes.io/instance"

@@ -9,10 +9,10 @@ import json
 from typing import Any
 
 from vllm_operator import GROUP
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import MODEL_PVC_MOUNT, Service, VLLMServiceSpec
 from vllm_operator.render.meta import labels, metadata, selector_labels
 from vllm_operator.render.service import PORT_NAME
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import MODEL_PVC_MOUNT, Service, VLLMServiceSpec
 
 CONTAINER = "vllm"
 # On the Deployment while autoscaling is on, and while a count the autoscaler chose is held

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_operator import API_VERSION, GROUP, KIND
-from vllm_operator.spec import Service
+from vllm_operator.api.spec import Service
 
 MANAGED_BY = "vllm-operator"
 SERVICE_LABEL = f"{GROUP}/service"

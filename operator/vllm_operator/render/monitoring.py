@@ -6,7 +6,7 @@
 - a PrometheusRule and a PodMonitor (monitoring.coreos.com/v1) per VLLMService.
 
 The same rule builders also produce the plain rules file for a Prometheus without the
-Prometheus Operator (vllm_operator.monitoringgen writes deploy/monitoring/), there for every
+Prometheus Operator (vllm_operator.generate.monitoring writes deploy/monitoring/), there for every
 service at once with the default thresholds: the only difference is the `Scope`.
 
 Series carry the labels `namespace`, `pod` and `service` (the pod's
@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_operator import alertnames as names
-from vllm_operator.alertnames import AlertName
+from vllm_operator.api import alertnames as names
+from vllm_operator.api.alertnames import AlertName
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import AlertThresholds, Service
 from vllm_operator.render.meta import labels, metadata, selector_labels
 from vllm_operator.render.service import PORT_NAME
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import AlertThresholds, Service
 
 MONITORING_API = "monitoring.coreos.com/v1"
 # the CRDs whose presence decides whether render_monitoring's objects can be applied
@@ -51,7 +51,7 @@ BAND_SERVICE_RECORD = "namespace_service:vllm_operator_queue_depth_band"
 # one replica (ceil(1.2 n) >= n + 1) even when the average is just over the target.
 SCALE_UP_FLOOR = 1.2
 
-# ---- the operator's own metrics the rules use (exported by vllm_operator.metrics) -----------
+# ---- the operator's own metrics the rules use (exported by vllm_operator.runtime.metrics) ----
 BENCHMARK_PASSED = "vllm_operator_benchmark_passed"
 ROLLBACK_ACTIVE = "vllm_operator_rollback_active"
 AUTOSCALER_SCALING_ACTIVE = "vllm_operator_autoscaler_scaling_active"
@@ -91,7 +91,8 @@ def _num(x: float) -> str:
 class AlertDef:
     """One alert: its PromQL condition is `query <op> threshold`, held for `id.for_`."""
 
-    id: AlertName  # name and `for`, shared with the API's descriptions (vllm_operator.alertnames)
+    # name and `for`, shared with the API's descriptions (vllm_operator.api.alertnames)
+    id: AlertName
     query: str  # the value compared (what a dashboard plots, what a live test evaluates)
     threshold: float
     summary: str
@@ -213,7 +214,7 @@ def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
 
 
 def operator_alerts(scope: Scope) -> list[AlertDef]:
-    """The operator's own alerts, on the gauges of vllm_operator.metrics."""
+    """The operator's own alerts, on the gauges of vllm_operator.runtime.metrics."""
     s = SERVICE_TEXT
     return [
         AlertDef(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import Service
 from vllm_operator.render.meta import metadata, selector_labels
-from vllm_operator.settings import OperatorSettings
-from vllm_operator.spec import Service
 
 PORT_NAME = "http"
 

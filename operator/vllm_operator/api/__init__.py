@@ -1,0 +1,2 @@
+"""The VLLMService API: the frozen pydantic models and their CEL rules, the operator's settings,
+the alerts' names."""

@@ -1,0 +1,1260 @@
+"""Step 1 of the flow (spec): the VLLMService API as frozen pydantic models.
+
+These models are the single source of truth: the CRD's openAPIV3Schema is generated from them
+(generate/crd.py), the API server enforces the ranges, enums and CEL rules declared here, and the
+operator parses every custom resource into them at the handler edge. Field descriptions are
+what `kubectl explain vllmservice.spec...` shows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic.alias_generators import to_camel
+
+from vllm_operator.api import alertnames
+
+# Arguments the operator renders itself; the passthrough must not set them.
+OWNED_ARGS: tuple[str, ...] = (
+    "--host",
+    "--port",
+    "--model",
+    "--served-model-name",
+    "--revision",
+    "--tensor-parallel-size",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--device-memory-utilization",  # vLLM's alias of --gpu-memory-utilization
+    "--kv-cache-memory-bytes",
+    "--block-size",
+    "--max-num-seqs",
+    "--dtype",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--enforce-eager",
+    "--no-enforce-eager",
+    "--enable-log-requests",
+    "--no-enable-log-requests",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--speculative-config",
+    "--api-key",
+    "--download-dir",
+    "-tp",  # vLLM's short forms of --tensor-parallel-size, --quantization, --speculative-config
+    "-q",
+    "-sc",
+)
+_OWNED_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_ARGS) + "]"
+# Long flags extraArgs may neither name nor abbreviate (argparse reads a unique prefix of a
+# long flag as that flag): the owned ones, their --no- negations (vLLM's boolean flags are
+# argparse BooleanOptionalActions), --config (a YAML file of arguments, which could set any
+# of them) and --uds (serve on a socket, not on the port the probes and the Service use).
+DENIED_LONG_ARGS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [a for a in OWNED_ARGS if a.startswith("--")]
+        + [f"--no-{a[2:]}" for a in OWNED_ARGS if a.startswith("--") and a[:5] != "--no-"]
+        + ["--config", "--uds"]
+    )
+)
+_DENIED_CEL = "[" + ", ".join(f"'{o}'" for o in DENIED_LONG_ARGS) + "]"
+# Runner (vllm-bench run) flags the operator sets on the benchmark Job: where the load and the
+# service's API key go, what is measured, where the result is written, the time budget.
+# benchmark.args may neither name nor abbreviate them (argparse reads a unique prefix of a long
+# flag as that flag); render/benchmark.py also places the operator's own flags last.
+OWNED_RUNNER_ARGS: tuple[str, ...] = (
+    "--url",
+    "--model",
+    "--scenarios",
+    "--out",
+    "--max-duration-seconds",
+    "--api-key",
+)
+_RUNNER_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_RUNNER_ARGS) + "]"
+# a value that starts with a dash, which argparse reads as a value, not an option
+NEGATIVE_NUMBER = r"^-([0-9]+|[0-9]*[.][0-9]+)$"
+# Environment variables the Deployment renderer sets itself (render/deployment.py _env; a
+# unit test checks this list against what it renders): a user entry with one of these names
+# would duplicate it, which server-side apply refuses ("duplicate entries for key").
+RESERVED_ENV: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HOST_IP")
+# Setting it (any new value) starts a fresh benchmark run of the current revision
+RERUN_ANNOTATION = "serving.vllm-operator.dev/rerun-benchmark"
+# on a VLLMService: end a replica hold (autoscaling switched off) now, and start none
+RELEASE_HOLD_ANNOTATION = "serving.vllm-operator.dev/release-replicas-hold"
+# on a VLLMService, valued with the revision of the canary in progress (status.rollout.revision):
+# promote it now whatever its benchmark says, or abort it now (the stable pods keep serving).
+# A value naming another revision does nothing, so one left behind never acts on a later one.
+PROMOTE_ANNOTATION = "serving.vllm-operator.dev/promote"
+ABORT_ANNOTATION = "serving.vllm-operator.dev/abort"
+# metadata.name: the children (a Service above all) need an RFC 1035 label: no dots
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# an extended resource name: a DNS subdomain prefix, a slash, a name (no spaces)
+RESOURCE_NAME_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+VALUE_FROM_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef")
+MODEL_PVC_MOUNT = "/models"
+MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay within 63
+# "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
+# The API server's own quantity syntax (resource.Quantity), without a sign: no child takes a
+# negative size, and "1.2.3" or "-8Gi" would pass the schema only to fail on the Deployment.
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+# vLLM's CPU attention takes KV-cache blocks of a multiple of 32 tokens only
+# (vllm/v1/attention/backends/cpu_attn.py: MultipleOf(32)); 8 and 16 fail at start-up
+CPU_BLOCK_SIZE_MULTIPLE = 32
+# On CPU without engine.kvCacheMemory: this share of resources.memory holds the KV cache
+CPU_KV_CACHE_SHARE_OF_MEMORY = 4  # a quarter; the rest is for weights and the runtime
+
+Quantity = Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)]
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+_QUANTITY_SUFFIXES: dict[str, Fraction] = {
+    **{s: Fraction(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Fraction(1000) ** (i + 1) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))},
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "u": Fraction(1, 1000**2),
+    "n": Fraction(1, 1000**3),
+}
+_QUANTITY_RE = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$"
+)
+
+
+def parse_quantity(value: str) -> Fraction:
+    """A Kubernetes resource quantity ("1Gi", "500M", "1.5", "2e3") as an exact number; what
+    CEL's quantity() reads, for the pydantic mirrors of rules that compare quantities."""
+    match = _QUANTITY_RE.match(value)
+    if match is None or (match.group(3) or "") not in _QUANTITY_SUFFIXES:
+        raise ValueError(f"{value!r} is not a resource quantity")
+    number = Fraction(match.group(1))
+    if match.group(2):
+        return number * Fraction(10) ** int(match.group(2)[1:])
+    return number * _QUANTITY_SUFFIXES[match.group(3) or ""]
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
+    """One x-kubernetes-validations entry (a CEL rule the API server evaluates)."""
+    out: dict[str, JsonValue] = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class SecretKeyRef(_Model):
+    """A reference to one key of a Secret in the service's namespace. The operator never
+    reads the Secret: the kubelet injects the value into the container."""
+
+    name: Name = Field(description="Name of the Secret.")
+    key: str = Field(
+        default="token", min_length=1, max_length=253, description="Key within the Secret."
+    )
+
+
+class PvcModelSource(_Model):
+    """A PersistentVolumeClaim that already holds the model files."""
+
+    claim_name: Name = Field(description="Name of the PersistentVolumeClaim.")
+    sub_path: str | None = Field(
+        default=None, max_length=1024, description="Directory of the model inside the volume."
+    )
+
+
+class ModelSpec(_Model):
+    """Which model vLLM serves."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "[has(self.id), has(self.path), has(self.pvc)].filter(x, x).size() == 1",
+                    "set exactly one of model.id (Hugging Face id), model.path or model.pvc",
+                ),
+            ]
+        }
+    )
+    id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9][\w.\-/]*$",
+        description="Hugging Face model id, e.g. TinyLlama/TinyLlama-1.1B-Chat-v1.0.",
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        pattern=r"^/",
+        description="Absolute path of the model inside the container (e.g. baked into the "
+        "image or on the model cache volume).",
+    )
+    pvc: PvcModelSource | None = Field(
+        default=None,
+        description="A PersistentVolumeClaim holding the model, mounted read-only at /models.",
+    )
+    revision: str | None = Field(
+        default=None, max_length=128, description="Model revision (branch, tag or commit)."
+    )
+    served_model_name: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[\w.\-/:]+$",
+        description="The name clients put in the OpenAI `model` field. Defaults to the id or path.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:  # mirrors the CEL rule, for objects read back
+        if sum(x is not None for x in (self.id, self.path, self.pvc)) != 1:
+            raise ValueError(
+                "set exactly one of model.id (Hugging Face id), model.path or model.pvc"
+            )
+        return self
+
+    @property
+    def reference(self) -> str:
+        """What vLLM's --model gets: the id, the path, or where the PVC is mounted."""
+        if self.pvc is not None:
+            sub = (self.pvc.sub_path or "").strip("/")
+            return f"{MODEL_PVC_MOUNT}/{sub}" if sub else MODEL_PVC_MOUNT
+        return self.id or self.path or MODEL_PVC_MOUNT
+
+
+class EngineSpec(_Model):
+    """vLLM engine arguments. Unset fields keep vLLM's own defaults."""
+
+    max_model_len: int | None = Field(
+        default=None, ge=16, le=10_485_760, description="--max-model-len: context length."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="--gpu-memory-utilization: fraction of GPU memory vLLM may use, in (0, 1]. "
+        "Not rendered on CPU (resources.gpus: 0), where vLLM would apply it to the node's "
+        "memory, not the pod's: kvCacheMemory sizes the cache there.",
+    )
+    kv_cache_memory: Quantity | None = Field(
+        default=None,
+        description="--kv-cache-memory-bytes: memory for the KV cache (per GPU), e.g. 4Gi; "
+        "when set vLLM ignores gpuMemoryUtilization. On CPU (resources.gpus: 0) it must be "
+        "less than resources.memory and defaults to a quarter of it.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+                    "engine.kvCacheMemory must be a positive quantity, e.g. 4Gi",
+                )
+            ]
+        },
+    )
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="--enable-prefix-caching: reuse KV cache across requests sharing a prefix.",
+    )
+    block_size: Literal[8, 16, 32, 64, 128] | None = Field(
+        default=None,
+        description="--block-size: tokens per KV-cache block (8, 16, 32, 64, 128). On CPU "
+        "(resources.gpus: 0) a multiple of 32; unset there, vLLM uses 128.",
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=65_536,
+        description="--max-num-seqs: concurrent sequences per replica.",
+    )
+    log_requests: bool = Field(
+        default=False,
+        description="--enable-log-requests: log every request. Off by default "
+        "(the reference configuration disables per-request logging).",
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="--enforce-eager: skip CUDA graph capture (faster start, slower decode).",
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        default="auto", description="--dtype of the weights and activations."
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="--tensor-parallel-size: GPUs one replica shards "
+        "the model over. Must equal resources.gpus; 1 on CPU (resources.gpus: 0).",
+    )
+    quantization: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z0-9_\-]+$",
+        description="--quantization method, e.g. awq, gptq, fp8.",
+    )
+    kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        default="auto", description="--kv-cache-dtype."
+    )
+    speculative_config: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="--speculative-config as an object, e.g. {method: ngram, "
+        "num_speculative_tokens: 5, prompt_lookup_max: 4}.",
+    )
+    extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Other vLLM server arguments, passed as they are. Arguments the operator "
+        f"renders itself are rejected: {', '.join(OWNED_ARGS)}.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    # the same reading as owned_flag()
+                    "self.all(a, !a.startsWith('-') || a.startsWith('--') || "
+                    f"a.matches('{NEGATIVE_NUMBER}'))",
+                    "extraArgs must not use short options (-q, -qfp8, -O3): vLLM reads "
+                    "attached values and abbreviations of them; use the long form "
+                    "(--quantization=fp8)",
+                ),
+                cel(
+                    # the same reading as owned_flag()
+                    "self.all(a, !a.startsWith('--') || "
+                    "[a.split('=')[0].split('.')[0].replace('_', '-')].all(k, "
+                    f"!{_DENIED_CEL}.exists(d, d.startsWith(k))))",
+                    "extraArgs must not set arguments the operator owns ("
+                    + ", ".join(OWNED_ARGS)
+                    + "), a prefix of one, a --no- form or a dotted key of one, --config or "
+                    "--uds; use the dedicated spec fields",
+                ),
+            ]
+        },
+    )
+
+    @model_validator(mode="after")
+    def _no_owned_args(self) -> EngineSpec:
+        for arg in self.extra_args:
+            flag = owned_flag(arg)
+            if flag is not None and not flag.startswith("--"):
+                raise ValueError(
+                    f"engine.extraArgs: {arg}: short options are refused (vLLM reads attached "
+                    "values and abbreviations of them); use the long form"
+                )
+            if flag is not None:
+                raise ValueError(
+                    f"engine.extraArgs: {flag} is set by the operator; use the spec field for it"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _kv_cache_memory(self) -> EngineSpec:  # mirrors the CEL rule
+        if self.kv_cache_memory is not None:
+            try:
+                positive = parse_quantity(self.kv_cache_memory) > 0
+            except ValueError:
+                positive = False
+            if not positive:
+                raise ValueError("engine.kvCacheMemory must be a positive quantity, e.g. 4Gi")
+        return self
+
+
+def owned_flag(arg: str) -> str | None:
+    """The operator-owned flag `arg` sets, read as vLLM's parser reads it, or None.
+
+    vLLM reads underscores as dashes (--max_model_len), `--flag.key value` as one key of a JSON
+    flag (--speculative-config.method), and, like every argparse parser, an unambiguous prefix
+    of a long flag as that flag (--max-model 100 sets --max-model-len). A prefix of an owned
+    flag is refused even when it is ambiguous: vLLM would refuse it too. tests/vllm checks
+    against the pinned vLLM's parser that no flag of its own is such a prefix.
+
+    Every short option is refused (returned as it is): argparse reads `-qfp8` as `-q fp8`
+    and a prefix of a single-dash option too, and every vLLM short option has a long form.
+    A value starting with a dash (a negative number) is not an option.
+    """
+    if arg.startswith("-") and not arg.startswith("--"):
+        return None if re.match(NEGATIVE_NUMBER, arg) else arg
+    if not arg.startswith("--"):
+        return None
+    key = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    return next((denied for denied in DENIED_LONG_ARGS if denied.startswith(key)), None)
+
+
+def owned_runner_flag(arg: str) -> str | None:
+    """The operator-owned runner flag `arg` sets, read as the runner's argparse reads it, or
+    None: a long flag or a prefix of one (`--ur=x`, `--` alone), before any `=`; every short
+    option (the runner has none but -h; argparse would try prefixes) unless a negative number."""
+    if arg.startswith("-") and not arg.startswith("--"):
+        return None if re.match(NEGATIVE_NUMBER, arg) else arg
+    if not arg.startswith("--"):
+        return None
+    key = arg.split("=", 1)[0]
+    return next((owned for owned in OWNED_RUNNER_ARGS if owned.startswith(key)), None)
+
+
+class ResourceSpec(_Model):
+    """GPUs and host resources of one replica."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.gpus > 0 || (has(self.cpu) && has(self.memory))",
+                    "resources.cpu and resources.memory are required when resources.gpus is 0 "
+                    "(serving on CPU)",
+                ),
+                cel(
+                    "self.gpus > 0 || !has(self.gpuProduct)",
+                    "resources.gpuProduct needs resources.gpus > 0",
+                    ".gpuProduct",
+                ),
+            ]
+        }
+    )
+    gpus: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="GPUs per pod. 0 serves on CPU (vLLM's CPU backend): no GPU request, "
+        "toleration or product selector, the operator's CPU image, resources.cpu and "
+        "resources.memory required (and both become limits), the KV cache sized by "
+        "engine.kvCacheMemory.",
+    )
+    gpu_resource_name: str = Field(
+        default="nvidia.com/gpu",
+        max_length=253,
+        pattern=RESOURCE_NAME_PATTERN,
+        description="Extended resource for GPUs (domain/name, e.g. nvidia.com/gpu).",
+    )
+    gpu_product: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Schedule only onto nodes whose "
+        "nvidia.com/gpu.product label equals this, e.g. NVIDIA-H100-80GB-HBM3.",
+    )
+    cpu: Quantity | None = Field(
+        default=None,
+        description="CPU request. On GPUs no CPU limit is set: throttling the API "
+        "server and tokenizer threads costs latency. On CPU (gpus: 0) the request is also the "
+        "limit (Guaranteed QoS: with the kubelet's static CPU manager and a whole number the "
+        "pod gets dedicated cores, which vLLM binds its OpenMP threads to).",
+    )
+    memory: Quantity | None = Field(default=None, description="Memory request and limit.")
+    shared_memory: Quantity = Field(
+        default="8Gi",
+        description="Size of the in-memory /dev/shm (tensor-parallel workers "
+        "exchange data through it).",
+    )
+
+    @model_validator(mode="after")
+    def _cpu_serving(self) -> ResourceSpec:  # mirrors the CEL rules
+        if self.gpus == 0 and (self.cpu is None or self.memory is None):
+            raise ValueError(
+                "resources.cpu and resources.memory are required when resources.gpus is 0 "
+                "(serving on CPU)"
+            )
+        if self.gpus == 0 and self.gpu_product is not None:
+            raise ValueError("resources.gpuProduct needs resources.gpus > 0")
+        return self
+
+    @property
+    def on_cpu(self) -> bool:
+        """Serving on vLLM's CPU backend (no GPUs)."""
+        return self.gpus == 0
+
+
+class ModelCacheSpec(_Model):
+    """Where Hugging Face downloads go (HF_HOME)."""
+
+    type: Literal["EmptyDir", "PVC", "None"] = Field(
+        default="EmptyDir",
+        description="EmptyDir (per pod), PVC (shared, survives restarts) or None.",
+    )
+    claim_name: str | None = Field(
+        default=None, max_length=253, description="The PVC when type is PVC."
+    )
+    size_limit: Quantity | None = Field(default=None, description="EmptyDir size limit.")
+    mount_path: str = Field(
+        default="/root/.cache/huggingface",
+        max_length=1024,
+        pattern=r"^/",
+        description="Mount path; HF_HOME points here.",
+    )
+
+
+class ProbeSpec(_Model):
+    """Health probes on vLLM's /health endpoint."""
+
+    startup_timeout_seconds: int = Field(
+        default=1800,
+        ge=30,
+        le=86_400,
+        description="How long a pod may take to load its model before it is restarted. "
+        "Large models on slow storage need tens of minutes.",
+    )
+    period_seconds: int = Field(default=10, ge=1, le=300, description="Probe period.")
+    readiness_failure_threshold: int = Field(
+        default=3, ge=1, le=100, description="Failures before a replica leaves the Service."
+    )
+    liveness_failure_threshold: int = Field(
+        default=6, ge=1, le=100, description="Failures before a replica is restarted."
+    )
+
+
+class AutoscalingSpec(_Model):
+    """A HorizontalPodAutoscaler on the per-pod queue depth."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.minReplicas <= self.maxReplicas",
+                    "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+                ),
+                cel(
+                    "self.scaleDownQueueDepth < self.targetQueueDepth",
+                    "autoscaling.scaleDownQueueDepth must be < autoscaling.targetQueueDepth",
+                ),
+            ]
+        }
+    )
+    enabled: bool = Field(
+        default=False,
+        description="Create the HPA. It targets the per-pod band metric "
+        "vllm_operator:queue_depth_band, which needs the operator's recording rules "
+        "(PrometheusRule or deploy/monitoring/vllm-alerts.rules.yaml) and prometheus-adapter "
+        "(deploy/monitoring/prometheus-adapter-config.yaml) serving custom.metrics.k8s.io.",
+    )
+    min_replicas: int = Field(default=2, ge=1, le=1000, description="Lower bound.")
+    max_replicas: int = Field(default=16, ge=1, le=1000, description="Upper bound.")
+    metric_name: str = Field(
+        default="vllm:num_requests_waiting",
+        max_length=253,
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="The raw per-pod queue metric (as scraped from vLLM) the band recording "
+        "rule averages over the service's pods.",
+    )
+    target_queue_depth: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description="Scale up when the average waiting requests per pod exceed this.",
+    )
+    scale_down_queue_depth: int = Field(
+        default=2,
+        ge=0,
+        le=100_000,
+        description="Scale down only when the average waiting requests per pod stay at or "
+        "below this for scaleDownStabilizationSeconds; between the two the replicas hold.",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300, ge=0, le=3600, description="Cooldown before scaling down."
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=0, ge=0, le=3600, description="Window before scaling up."
+    )
+
+    @model_validator(mode="after")
+    def _band(self) -> AutoscalingSpec:  # mirrors the CEL rule
+        if self.scale_down_queue_depth >= self.target_queue_depth:
+            raise ValueError(
+                "autoscaling.scaleDownQueueDepth must be < autoscaling.targetQueueDepth"
+            )
+        return self
+
+
+class CanarySpec(_Model):
+    """A new revision proves itself on one pod outside the Service before it serves anyone."""
+
+    enabled: bool = Field(
+        default=True,
+        description="With benchmark gates set (benchmark.thresholds), a change of the pod "
+        "template first starts one canary pod of the new revision that the Service does not "
+        "select, benchmarks it alone, and only then rolls the serving pods to it; a revision "
+        "that fails its gates (onFailure: Rollback, confirmed by a second run) is stopped there "
+        "and never serves. false: roll out first and benchmark a serving pod afterwards.",
+    )
+    when_no_room: Literal["Wait", "ReplaceStable"] = Field(
+        default="Wait",
+        description="When the canary pod cannot be scheduled for want of room: Wait (the "
+        "status says which resource, since when), or ReplaceStable: with 2 or more stable "
+        "replicas whose count the operator sets (autoscaling off), run one stable pod fewer "
+        "while the canary runs.",
+    )
+
+
+class RolloutSpec(_Model):
+    """How a new revision replaces the old one."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.strategy == 'Recreate' || self.maxSurge > 0 || self.maxUnavailable > 0",
+                    "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
+                ),
+            ]
+        }
+    )
+    strategy: Literal["RollingUpdate", "Recreate"] = Field(
+        default="RollingUpdate", description="Deployment strategy."
+    )
+    max_surge: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Extra pods during a rollout. 0 (default) never "
+        "needs a spare GPU, so rollouts cannot deadlock on a full cluster.",
+    )
+    max_unavailable: int = Field(
+        default=1, ge=0, le=100, description="Pods that may be down during a rollout."
+    )
+    # (no default in the schema: the stored rollout of an existing object stays as it was)
+    one_replica_surge: bool | None = Field(
+        default=None,
+        description="A one-replica service without autoscaling rolls out with maxSurge 1 and "
+        "maxUnavailable 0 (the new pod is Ready before the old one stops: no downtime) when "
+        "there is room for one more pod; when the scheduler finds none, it is replaced in place "
+        "as maxSurge/maxUnavailable say (the status says so). false: maxSurge/maxUnavailable "
+        "always. Unset: true.",
+    )
+    canary: CanarySpec | None = Field(
+        default=None,
+        description="Benchmark a new revision before it serves (unset: enabled, whenNoRoom Wait).",
+    )
+
+    @property
+    def canary_settings(self) -> CanarySpec:
+        return self.canary if self.canary is not None else CanarySpec()
+
+    @model_validator(mode="after")
+    def _can_progress(self) -> RolloutSpec:  # mirrors the CEL rule
+        if self.strategy == "RollingUpdate" and self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("rollout.maxSurge and rollout.maxUnavailable cannot both be 0")
+        return self
+
+
+class EnvVar(_Model):
+    """An environment variable (value, or valueFrom as in a Pod spec)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name.",
+    )
+    value: str | None = Field(default=None, max_length=32_768, description="Literal value.")
+    value_from: dict[str, JsonValue] | None = Field(
+        default=None, description="A Pod-spec valueFrom (secretKeyRef, configMapKeyRef, ...)."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        # valueFrom is free-form in the schema (it mirrors the Pod API), so the operator checks
+        # it: a bad one would otherwise only fail when the Deployment is applied
+        if self.value_from is not None:
+            keys = sorted(self.value_from)
+            if len(keys) != 1 or keys[0] not in VALUE_FROM_SOURCES:
+                raise ValueError(
+                    f"valueFrom of {self.name} must have exactly one of "
+                    f"{', '.join(VALUE_FROM_SOURCES)}; got {', '.join(keys) or 'nothing'}"
+                )
+            if self.value is not None:
+                raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
+
+
+Scenario = Literal["capacity", "batching", "prefix", "streaming", "naive"]
+DEFAULT_SCENARIOS: list[Scenario] = ["capacity", "batching", "prefix", "streaming"]
+
+
+class BenchmarkThresholds(_Model):
+    """Gates on the benchmark of a new revision. Unset thresholds are not checked."""
+
+    min_output_tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Minimum output throughput (tokens/s) under load."
+    )
+    max_ttft_p95_seconds: float | None = Field(
+        default=None, gt=0, description="Maximum time to first token, 95th percentile (s)."
+    )
+    min_prefix_speedup: float | None = Field(
+        default=None, ge=0, description="Minimum cold/warm TTFT ratio with a shared prefix."
+    )
+    min_kv_cache_tokens: int | None = Field(
+        default=None, ge=0, description="Minimum KV-cache capacity in tokens."
+    )
+    max_throughput_regression_percent: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Maximum drop of output throughput against the previous passing revision, "
+        "in percent.",
+    )
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in self.model_dump().values())
+
+
+class BenchmarkSpec(_Model):
+    """Benchmark every rollout with the bundled runner (vllm-bench) and gate on the result."""
+
+    enabled: bool = Field(default=True, description="Run a benchmark Job after each rollout.")
+    image: str | None = Field(
+        default=None, max_length=512, description="Runner image; the operator's default if unset."
+    )
+    scenarios: list[Scenario] = Field(
+        default_factory=lambda: list(DEFAULT_SCENARIOS),
+        min_length=1,
+        max_length=5,
+        description="Scenarios to run.",
+        json_schema_extra={"default": list(DEFAULT_SCENARIOS)},
+    )
+    args: list[Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Extra runner arguments (workload sizes), e.g. [--requests, '64']. The "
+        f"flags the operator sets are refused ({', '.join(OWNED_RUNNER_ARGS)}), as are "
+        "prefixes of them and short options.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    # the same reading as owned_runner_flag()
+                    "self.all(a, !a.startsWith('-') || (a.startsWith('--') && "
+                    f"!{_RUNNER_CEL}.exists(o, o.startsWith(a.split('=')[0]))) || "
+                    f"a.matches('{NEGATIVE_NUMBER}'))",
+                    "benchmark.args must not set flags the operator sets ("
+                    + ", ".join(OWNED_RUNNER_ARGS)
+                    + "), a prefix of one, or a short option",
+                )
+            ]
+        },
+    )
+    timeout_seconds: int = Field(
+        default=1200, ge=10, le=86_400, description="activeDeadlineSeconds of the Job."
+    )
+    keep_runs: int = Field(default=10, ge=1, le=100, description="Results kept per service.")
+    thresholds: BenchmarkThresholds = Field(
+        default_factory=BenchmarkThresholds, description="Gates; none by default."
+    )
+    on_failure: Literal["Report", "Rollback"] = Field(
+        default="Report",
+        description="Report: set BenchmarkPassed=False. Rollback: also restore the previous "
+        "revision that passed (until the spec changes again).",
+    )
+
+    @model_validator(mode="after")
+    def _no_owned_runner_args(self) -> BenchmarkSpec:  # mirrors the CEL rule
+        for arg in self.args:
+            flag = owned_runner_flag(arg)
+            if flag is not None:
+                raise ValueError(
+                    f"benchmark.args: {arg}: sets {flag}, which the operator sets "
+                    f"({', '.join(OWNED_RUNNER_ARGS)}); short options are refused too"
+                )
+        return self
+
+
+class AlertThresholds(_Model):
+    """Thresholds of the service's alerts (the reference lab's values by default)."""
+
+    kv_cache_usage: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description=f"{alertnames.KV_CACHE_USAGE_HIGH.name}: vllm:kv_cache_usage_perc of the "
+        f"fullest pod above this {alertnames.KV_CACHE_USAGE_HIGH.held} (0-1).",
+    )
+    e2e_latency_p99_seconds: float = Field(
+        default=5.0,
+        alias="e2eLatencyP99Seconds",  # not to_camel's e2ELatency...
+        gt=0,
+        le=86_400,
+        description=f"{alertnames.E2E_LATENCY_P99_HIGH.name}: end-to-end request latency p99 "
+        f"above this (s) {alertnames.E2E_LATENCY_P99_HIGH.held}.",
+    )
+    ttft_p99_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=3600,
+        description=f"{alertnames.TTFT_P99_HIGH.name}: time to first token p99 above this (s) "
+        f"{alertnames.TTFT_P99_HIGH.held}.",
+    )
+    tpot_p99_seconds: float = Field(
+        default=0.05,
+        gt=0,
+        le=3600,
+        description=f"{alertnames.TPOT_P99_HIGH.name}: time per output token "
+        f"(vllm:inter_token_latency_seconds) p99 above this (s) {alertnames.TPOT_P99_HIGH.held}.",
+    )
+    waiting_requests: float = Field(
+        default=50,
+        ge=0,
+        le=1_000_000,
+        description=f"{alertnames.REQUESTS_WAITING_HIGH.name}: waiting requests of the most "
+        f"loaded pod above this {alertnames.REQUESTS_WAITING_HIGH.held}.",
+    )
+    preemptions_per_second: float = Field(
+        default=1.0,
+        ge=0,
+        le=1_000_000,
+        description=f"{alertnames.PREEMPTIONS_HIGH.name}: preemptions per second of the service "
+        f"above this {alertnames.PREEMPTIONS_HIGH.held}.",
+    )
+
+
+class MonitoringSpec(_Model):
+    """Prometheus objects for the service: a PrometheusRule (alerts, and the recording rules
+    the autoscaler's band metric comes from) and a PodMonitor, rendered when the Prometheus
+    Operator's CRDs (monitoring.coreos.com) are installed."""
+
+    enabled: bool = Field(
+        default=True, description="Render the PrometheusRule (alerts and recording rules)."
+    )
+    pod_monitor: bool = Field(
+        default=True, description="Render a PodMonitor that scrapes the vLLM pods' /metrics."
+    )
+    alerts: AlertThresholds = Field(
+        default_factory=AlertThresholds, description="Alert thresholds."
+    )
+
+
+class VLLMServiceSpec(_Model):
+    """Desired state of a vLLM deployment."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.engine.tensorParallelSize == "
+                    "(self.resources.gpus == 0 ? 1 : self.resources.gpus)",
+                    "engine.tensorParallelSize must equal resources.gpus (GPUs per pod), "
+                    "or be 1 on CPU (resources.gpus: 0)",
+                    ".engine.tensorParallelSize",
+                ),
+                cel(
+                    f"self.resources.gpus > 0 || !has(self.engine.blockSize) || "
+                    f"self.engine.blockSize % {CPU_BLOCK_SIZE_MULTIPLE} == 0",
+                    f"engine.blockSize must be a multiple of {CPU_BLOCK_SIZE_MULTIPLE} on CPU "
+                    "(resources.gpus: 0): vLLM's CPU attention rejects 8 and 16",
+                    ".engine.blockSize",
+                ),
+                cel(
+                    "self.resources.gpus > 0 || !has(self.engine.kvCacheMemory) || "
+                    "!has(self.resources.memory) || quantity(self.engine.kvCacheMemory)"
+                    ".isLessThan(quantity(self.resources.memory))",
+                    "engine.kvCacheMemory must be less than resources.memory on CPU "
+                    "(resources.gpus: 0): the KV cache lives in the pod's memory",
+                    ".engine.kvCacheMemory",
+                ),
+                cel(
+                    "self.modelCache.type != 'PVC' || has(self.modelCache.claimName)",
+                    "modelCache.claimName is required when modelCache.type is PVC",
+                    ".modelCache",
+                ),
+                cel(
+                    "self.drainSeconds <= self.terminationGracePeriodSeconds",
+                    "drainSeconds (the preStop pause) must not exceed "
+                    "terminationGracePeriodSeconds",
+                    ".drainSeconds",
+                ),
+            ]
+        }
+    )
+    model: ModelSpec = Field(description="The model to serve.")
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="vLLM server image. Unset: the operator's default for the accelerator "
+        "(settings VLLM_OPERATOR_GPU_IMAGE, vllm/vllm-openai of the pinned vLLM, or "
+        "VLLM_OPERATOR_CPU_IMAGE when resources.gpus is 0), so upgrading the operator "
+        "upgrades vLLM.",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="Image pull policy."
+    )
+    image_pull_secrets: list[Name] = Field(
+        default_factory=list, max_length=16, description="Secrets for pulling the image."
+    )
+    port: int = Field(default=8000, ge=1024, le=65535, description="OpenAI API port.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Replicas when autoscaling is off (`kubectl scale` sets this).",
+    )
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine arguments.")
+    resources: ResourceSpec = Field(default_factory=ResourceSpec, description="Resources.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra environment variables, one per name. Names the operator sets are "
+        f"refused: {', '.join(RESERVED_ENV)} (use the spec fields).",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "x-kubernetes-validations": [
+                cel(
+                    "self.all(e, !(e.name in [" + ", ".join(f"'{n}'" for n in RESERVED_ENV) + "]))",
+                    "env must not set variables the operator sets ("
+                    + ", ".join(RESERVED_ENV)
+                    + "); use modelCache, huggingFaceToken and apiKey",
+                )
+            ],
+        },
+    )
+    hugging_face_token: SecretKeyRef | None = Field(
+        default=None, description="Secret holding a Hugging Face token (HF_TOKEN)."
+    )
+    api_key: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the API key clients must send (VLLM_API_KEY)."
+    )
+    model_cache: ModelCacheSpec = Field(
+        default_factory=ModelCacheSpec, description="Hugging Face cache volume."
+    )
+    probes: ProbeSpec = Field(default_factory=ProbeSpec, description="Health probes.")
+    termination_grace_period_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="Time for in-flight requests to finish after the pod is told to stop.",
+    )
+    drain_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=600,
+        description="preStop pause so load balancers stop routing before vLLM shuts down.",
+    )
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="Queue-depth autoscaling."
+    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout strategy.")
+    benchmark: BenchmarkSpec = Field(
+        default_factory=BenchmarkSpec, description="Benchmark each rollout; gates."
+    )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec, description="Alerts, recording rules, scraping."
+    )
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Node labels pods must match."
+    )
+    tolerations: list[dict[str, JsonValue]] = Field(
+        default_factory=list, max_length=64, description="Pod tolerations."
+    )
+    affinity: dict[str, JsonValue] | None = Field(default=None, description="Pod affinity.")
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, description="PriorityClass of the pods."
+    )
+    runtime_class_name: str | None = Field(
+        default=None, max_length=253, description="RuntimeClass, e.g. nvidia."
+    )
+    pod_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Extra labels on the pods."
+    )
+    pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, description="Extra annotations on the pods."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> VLLMServiceSpec:
+        if self.engine.tensor_parallel_size != (self.resources.gpus or 1):
+            raise ValueError(
+                "engine.tensorParallelSize must equal resources.gpus (GPUs per pod), "
+                "or be 1 on CPU (resources.gpus: 0)"
+            )
+        if self.resources.on_cpu:
+            block = self.engine.block_size
+            if block is not None and block % CPU_BLOCK_SIZE_MULTIPLE:
+                raise ValueError(
+                    f"engine.blockSize must be a multiple of {CPU_BLOCK_SIZE_MULTIPLE} on CPU "
+                    "(resources.gpus: 0): vLLM's CPU attention rejects 8 and 16"
+                )
+            kv, memory = self.engine.kv_cache_memory, self.resources.memory
+            if (
+                kv is not None
+                and memory is not None
+                and (parse_quantity(kv) >= parse_quantity(memory))
+            ):
+                raise ValueError(
+                    "engine.kvCacheMemory must be less than resources.memory on CPU "
+                    "(resources.gpus: 0): the KV cache lives in the pod's memory"
+                )
+        if self.autoscaling.min_replicas > self.autoscaling.max_replicas:
+            raise ValueError("autoscaling.minReplicas must be <= autoscaling.maxReplicas")
+        if self.model_cache.type == "PVC" and not self.model_cache.claim_name:
+            raise ValueError("modelCache.claimName is required when modelCache.type is PVC")
+        if self.drain_seconds > self.termination_grace_period_seconds:
+            raise ValueError(
+                "drainSeconds (the preStop pause) must not exceed terminationGracePeriodSeconds"
+            )
+        names = [e.name for e in self.env]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                f"env: duplicate names {sorted({n for n in names if names.count(n) > 1})}"
+            )
+        reserved = sorted(set(names) & set(RESERVED_ENV))
+        if reserved:
+            raise ValueError(
+                f"env must not set variables the operator sets ({', '.join(reserved)}); use "
+                "modelCache, huggingFaceToken and apiKey"
+            )
+        return self
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model.served_model_name or self.model.reference
+
+    @property
+    def kv_cache_bytes(self) -> int | None:
+        """--kv-cache-memory-bytes: engine.kvCacheMemory, or on CPU a quarter of the pod's
+        memory (whole MiB). Without it vLLM's CPU backend sizes the cache from the node's
+        memory (gpuMemoryUtilization of it), not the pod's limit: it fails to start or is
+        OOM-killed."""
+        if self.engine.kv_cache_memory is not None:
+            return math.floor(parse_quantity(self.engine.kv_cache_memory))
+        if self.resources.on_cpu and self.resources.memory is not None:
+            share = parse_quantity(self.resources.memory) / CPU_KV_CACHE_SHARE_OF_MEMORY
+            return max(1, math.floor(share / 2**20)) * 2**20
+        return None
+
+    @property
+    def startup_failure_threshold(self) -> int:
+        return math.ceil(self.probes.startup_timeout_seconds / self.probes.period_seconds)
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (X, X | None, list[X], dict[str, X])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def known_fields(model: type[BaseModel], data: object) -> object:
+    """`data` without the keys `model` does not know, recursively.
+
+    At the handler edge the API server has already validated the object against the installed
+    CRD, which may be newer than this operator (during an upgrade, or after an operator
+    rollback): a field added by the next release, and defaulted by its CRD, then reaches this
+    operator, and extra="forbid" would turn every service InvalidSpec (docs/versioning.md).
+    The models themselves stay strict, for every other caller."""
+    if not isinstance(data, Mapping):
+        return data
+    fields = {(f.alias or n): f for n, f in model.model_fields.items()}
+    fields.update(dict(model.model_fields.items()))
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            continue
+        nested = _models_in(field.annotation)
+        if len(nested) == 1 and isinstance(value, Mapping):
+            out[key] = known_fields(nested[0], value)
+        elif len(nested) == 1 and isinstance(value, list):
+            out[key] = [known_fields(nested[0], v) for v in value]
+        else:
+            out[key] = value
+    return out
+
+
+class Service(_Model):
+    """A parsed VLLMService: the parts of the object the operator works with."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    # the CRD checks the same (a CEL rule on metadata.name): every child name derives from it
+    name: str = Field(max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL)
+    namespace: str
+    uid: str
+    generation: int
+    spec: VLLMServiceSpec
+    # the rerun-benchmark annotation's value: a new value starts a fresh run of the revision
+    rerun: str | None = None
+    # the release-replicas-hold annotation is set: spec.replicas applies at once
+    release_hold: bool = False
+    # the promote / abort annotations' values: the canary revision to promote or abort now
+    promote: str | None = None
+    abort: str | None = None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Service:
+        meta = body["metadata"]
+        return cls(
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            generation=meta.get("generation", 1),
+            spec=VLLMServiceSpec.model_validate(known_fields(VLLMServiceSpec, body.get("spec"))),
+            rerun=(meta.get("annotations") or {}).get(RERUN_ANNOTATION) or None,
+            release_hold=RELEASE_HOLD_ANNOTATION in (meta.get("annotations") or {}),
+            promote=(meta.get("annotations") or {}).get(PROMOTE_ANNOTATION) or None,
+            abort=(meta.get("annotations") or {}).get(ABORT_ANNOTATION) or None,
+        )
+
+
+# ---- status (written by the operator; its schema goes into the CRD too) ------------------
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(max_length=1024, description="CamelCase reason.")
+    message: str = Field(default="", max_length=32_768, description="What a person can do.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Generation the condition is about."
+    )
+
+
+class BenchmarkLiveLoadStatus(_Model):
+    """Load on the measured pod that was not the benchmark's, seen during the run (the
+    result's liveLoad; the full figures per scenario are in the result ConfigMap)."""
+
+    foreign_requests: int | None = Field(
+        default=None, description="Requests the pod finished for other clients during the run."
+    )
+    peak_foreign_in_flight: float | None = Field(
+        default=None, description="Most requests of other clients running or waiting at once."
+    )
+    quiet: bool | None = Field(
+        default=None, description="True: the pod served the benchmark alone during the run."
+    )
+
+
+class BenchmarkStatus(_Model):
+    """The latest benchmark run (of the revision the spec asks for)."""
+
+    revision: str | None = Field(default=None, description="Pod-template revision measured.")
+    job: str | None = Field(default=None, description="The benchmark Job.")
+    target_pod: str | None = Field(
+        default=None, description="The one pod measured: the oldest Ready pod of the revision."
+    )
+    target_pod_ip: str | None = Field(
+        default=None, alias="targetPodIP", description="Its IP, the runner's --url."
+    )
+    live_load: BenchmarkLiveLoadStatus | None = Field(
+        default=None, description="Load of other clients on the measured pod during the run."
+    )
+    state: Literal["Running", "Complete", "Failed"] | None = Field(
+        default=None, description="Running, Complete or Failed."
+    )
+    completed_at: str | None = Field(default=None, description="When the result was written.")
+    result: str | None = Field(default=None, description="ConfigMap holding the full result.")
+    kv_cache_tokens: int | None = Field(default=None, description="KV-cache capacity (tokens).")
+    max_concurrency: float | None = Field(
+        default=None, description="Sequences that fit at max-model-len."
+    )
+    output_tokens_per_second: float | None = Field(
+        default=None, description="Output throughput under concurrent load."
+    )
+    batching_speedup: float | None = Field(default=None, description="Concurrent over serial.")
+    prefix_ttft_speedup: float | None = Field(default=None, description="Cold over warm TTFT.")
+    prefix_hit_rate: float | None = Field(default=None, description="Prefix-cache hit rate.")
+    ttft_p50_seconds: float | None = Field(default=None, description="TTFT p50 (s).")
+    ttft_p95_seconds: float | None = Field(default=None, description="TTFT p95 (s).")
+    passed: bool | None = Field(default=None, description="All thresholds met (when set).")
+    failures: list[str] = Field(default_factory=list, description="Thresholds not met.")
+    rolled_back_to: str | None = Field(
+        default=None, description="Revision restored because this one failed its gates."
+    )
+    rendered_as: str | None = Field(
+        default=None,
+        description="During a rollback: the spec's revision as this operator renders it, where "
+        "that is not `revision` (an operator upgrade or one of its settings changed how pod "
+        "templates render): the spec is still the one that failed as `revision`, so the "
+        "rollback stays in force.",
+    )
+    restored_as: str | None = Field(
+        default=None,
+        description="During a rollback: the revision rolledBackTo's recorded spec renders as "
+        "with this operator (what runs), where that is not rolledBackTo.",
+    )
+
+
+class RolloutStatus(_Model):
+    """A new revision on its way to serving (rollout.canary)."""
+
+    phase: Literal["Canary", "Promoting", "Promoted", "Aborted"] = Field(
+        description="Canary: one pod of the new revision, outside the Service, is measured; "
+        "Promoting: it passed (or was promoted by hand) and the serving pods roll to it; "
+        "Promoted: every serving pod runs it; Aborted: it failed its gates or was aborted by "
+        "hand, and the stable revision kept serving.",
+    )
+    revision: str = Field(description="The new revision.")
+    stable_revision: str | None = Field(
+        default=None, description="The revision that serves while the canary is measured."
+    )
+    canary: str | None = Field(default=None, description="The canary Deployment.")
+    message: str = Field(default="", max_length=32_768, description="Why, in words.")
+
+
+class AutoscalingStatus(_Model):
+    """The HorizontalPodAutoscaler as its controller last reported it."""
+
+    horizontal_pod_autoscaler: str | None = Field(default=None, description="The HPA's name.")
+    current_replicas: int | None = Field(default=None, description="Replicas the HPA saw.")
+    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants.")
+    metric: str | None = Field(default=None, description="The pods metric the HPA targets.")
+    current_average_value: str | None = Field(
+        default=None,
+        description="The metric's current per-pod value as the HPA read it (a quantity); "
+        "absent while the HPA cannot get it (see the AutoscalingActive condition).",
+    )
+    target_average_value: str | None = Field(
+        default=None, description="The per-pod target (autoscaling.targetQueueDepth)."
+    )
+    last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
+    held_replicas: int | None = Field(
+        default=None,
+        description="Autoscaling is off and the Deployment still runs the count the autoscaler "
+        "chose (see the AutoscalingActive condition, reason ReplicasHeld).",
+    )
+    held_since: str | None = Field(default=None, description="When the hold began.")
+    held_until: str | None = Field(
+        default=None,
+        description="When spec.replicas applies (the operator's replicasHoldSeconds after "
+        "heldSince); at once with the release-replicas-hold annotation.",
+    )
+
+
+class VLLMServiceStatus(_Model):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = Field(default=None, description="Last generation acted on.")
+    replicas: int | None = Field(default=None, description="Pods of the Deployment now.")
+    desired_replicas: int | None = Field(
+        default=None, description="Replicas the Deployment wants (the spec, or the HPA's choice)."
+    )
+    ready_replicas: int | None = Field(default=None, description="Ready pods.")
+    updated_replicas: int | None = Field(default=None, description="Pods of the current revision.")
+    available_replicas: int | None = Field(default=None, description="Available pods.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the pods (for the scale subresource)."
+    )
+    endpoint: str | None = Field(default=None, description="In-cluster OpenAI base URL.")
+    model: str | None = Field(default=None, description="The served model name.")
+    revision: str | None = Field(default=None, description="Pod-template revision running.")
+    benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
+    rollout: RolloutStatus | None = Field(
+        default=None, description="The last revision rolled out through a canary."
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="The autoscaler's state (when autoscaling is enabled)."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready (serving), Progressing, Degraded, ChildrenSynced (every child "
+        "written; else the object refused, or a read failed), BenchmarkComplete, "
+        "BenchmarkPassed, AutoscalingActive (the HPA's ScalingActive), Monitoring.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )

@@ -1,0 +1,261 @@
+"""Step "observe" of the flow: read-only gathering of everything a reconcile decides on -
+the Deployment and its pods, the autoscaler, whether the Prometheus Operator is there, and
+the benchmark history with its Jobs. No writes here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_operator.api.spec import Service
+from vllm_operator.decide.gates import CONFIRMATION_KEY, Run
+from vllm_operator.observe.benchresult import (
+    RUN_STATES,
+    SUMMARY_KEY,
+    brief,
+    clip,
+    left_out,
+    read_job_report,
+    read_summary,
+    summarize,
+)
+from vllm_operator.observe.state import (
+    MESSAGE_TAIL,
+    JobState,
+    Observed,
+    PodProblem,
+    pod_problems,
+    rolled_out,
+)
+from vllm_operator.render.benchmark import (
+    COMPONENT,
+    MESSAGE_KEY,
+    RECORD_COMPONENT,
+    REVISION_LABEL,
+    SERVED_BEFORE_KEY,
+    SPEC_HASH_KEY,
+    SPEC_KEY,
+    STATE_KEY,
+    VERDICT_FAILURES_KEY,
+    VERDICT_KEY,
+    record_name,
+    recorded_target,
+)
+from vllm_operator.render.canary import canary_name, canary_selector
+from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
+from vllm_operator.render.monitoring import MONITORING_API
+from vllm_operator.write.transport import Kube, written_generation
+
+
+def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observed:
+    """Everything a reconcile decides on, read before anything is written. `after_writes`:
+    the second look, after the reconcile's own writes: the Deployment comes from the watch
+    cache, which holds what those writes answered (the first look reads it from the API
+    server: the generation guard needs the latest)."""
+    deployment = reader.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
+    hpa = None
+    if svc.spec.autoscaling.enabled:
+        hpa = reader.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
+    problems: tuple[PodProblem, ...] = ()
+    waiting: tuple[PodProblem, ...] = ()
+    if deployment is not None:
+        ready = deployment.get("status", {}).get("readyReplicas", 0)
+        wanted = deployment.get("spec", {}).get("replicas", 0)
+        # only look at pods when something is missing, or a rollout is under way (a surge
+        # pod that waits for room: render/deployment.surge_refused)
+        if ready < wanted or not rolled_out(deployment):
+            selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
+            problems, waiting = pod_problems(
+                reader.list_children("v1", "Pod", svc.namespace, selector)
+            )
+    jobs: tuple[JobState, ...] = ()
+    runs: tuple[Run, ...] = ()
+    if svc.spec.benchmark.enabled:
+        # the Jobs before the history: a Job seen finished has published its result (the
+        # runner publishes before it exits), so the history read after it has the result
+        jobs = tuple(
+            job_state(j, reader.generation_annotation, _failed_pods(reader, svc, j))
+            for j in _jobs(reader, svc)
+        )
+        runs = tuple(history(reader, svc))
+    pods = None
+    if deployment is not None and svc.spec.benchmark.enabled and _measuring(deployment, runs):
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
+        pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
+    # the canary, from the watch cache (its writes are the operator's own): read wherever
+    # one may be wanted, or left from a canary that is not (the prune removes it)
+    canary = canary_pods = None
+    canary_problems: tuple[PodProblem, ...] = ()
+    canary_waiting: tuple[PodProblem, ...] = ()
+    if deployment is not None:
+        canary = reader.get("apps/v1", "Deployment", svc.namespace, canary_name(svc), cached=True)
+    if canary is not None and not _owned(canary, svc):
+        canary = None
+    if canary is not None:
+        selector = ",".join(f"{k}={v}" for k, v in canary_selector(svc).items())
+        canary_pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
+        canary_problems, canary_waiting = pod_problems(list(canary_pods))
+    return Observed(
+        deployment=deployment,
+        hpa=hpa,
+        pod_problems=problems,
+        pods_waiting=waiting,
+        # the PrometheusRule/PodMonitor only where the Prometheus Operator's CRDs are
+        # served; elsewhere the status says so (Monitoring=False)
+        monitoring_crds=reader.serves(MONITORING_API, {"prometheusrules", "podmonitors"}),
+        runs=runs,
+        jobs=jobs,
+        # (a Deployment of an earlier service of the same name, not yet collected, is not
+        # this one's: its generations count for nothing here)
+        written_generation=written_generation(deployment, reader.generation_annotation)
+        if deployment is not None and _owned(deployment, svc)
+        else 0,
+        pods=pods,
+        canary=canary,
+        canary_pods=canary_pods,
+        canary_problems=canary_problems,
+        canary_waiting=canary_waiting,
+    )
+
+
+def _measuring(deployment: dict[str, Any], runs: tuple[Run, ...]) -> bool:
+    """A run may start (the Deployment is rolled out: the revision's first run, a re-run, a
+    run confirming a failed verdict) or one is going: the pods are needed to choose, or to
+    watch, the one pod it measures (decide/target_pod.py). One list of the service's pods."""
+    return any(r.state == "Running" for r in runs) or rolled_out(deployment)
+
+
+def _owned(obj: dict[str, Any], svc: Service) -> bool:
+    return any(o.get("uid") == svc.uid for o in obj["metadata"].get("ownerReferences", []))
+
+
+def _failed_pods(reader: Kube, svc: Service, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A failed Job's pods (their last exit says why), read only once the Job has failed."""
+    conditions = job.get("status", {}).get("conditions", [])
+    if not any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
+        return []
+    # the service's label first: its pods are in the watch cache (no request)
+    selector = f"{SERVICE_LABEL}={svc.name},job-name={job['metadata']['name']}"
+    return reader.list_children("v1", "Pod", svc.namespace, selector)
+
+
+def _jobs(reader: Kube, svc: Service) -> list[dict[str, Any]]:
+    selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/component={COMPONENT}"
+    return [
+        j
+        for j in reader.list_children("batch/v1", "Job", svc.namespace, selector)
+        if _owned(j, svc)
+    ]
+
+
+def history(reader: Kube, svc: Service) -> list[Run]:
+    """The runs, oldest first: each run's ConfigMap (the Job's word: its result) joined with
+    its record (the operator's: spec, verdict, a state the operator decided). A ConfigMap the
+    Job filled with something invalid (a result that is not JSON, a headline value that is not
+    a number, a state outside the CRD's enum) fails the run, with the key and the bad value as
+    its message (observe/benchresult.py; never an exception, never a silent skip). A finished run's
+    report is read from the summary its record keeps (Run.summary: one to write, the first
+    time the run is seen finished), never from its result again."""
+    selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/name=vllm-bench"
+    items = [
+        cm
+        for cm in reader.list_children("v1", "ConfigMap", svc.namespace, selector)
+        if _owned(cm, svc)
+    ]
+    component = "app.kubernetes.io/component"
+    records = {
+        cm["metadata"]["name"]: cm.get("data") or {}
+        for cm in items
+        if cm["metadata"]["labels"].get(component) == RECORD_COMPONENT
+    }
+    runs = []
+    for cm in items:
+        if cm["metadata"]["labels"].get(component) != COMPONENT:
+            continue
+        record = records.get(record_name(cm["metadata"]["name"]), {})
+        created = cm["metadata"].get("creationTimestamp", "")
+        summary, pending = read_summary(record.get(SUMMARY_KEY, "")), ""
+        if summary is not None:  # summarized once: the result is never read again
+            report, created = summary[0], summary[1] or created
+        else:
+            report = brief(read_job_report(_job_data(reader, cm)))  # validated: input
+            if report.state != "Running" or record.get(STATE_KEY):  # final: summarize it
+                pending = summarize(report, created)
+        result, state, message = report.result, report.state, report.message
+        if record.get(STATE_KEY):  # the operator ended this run: its word is final
+            state, message = record[STATE_KEY], clip(record.get(MESSAGE_KEY, ""))
+            if state not in RUN_STATES:  # the status's enum: never written outside it
+                state, message = "Failed", f"the run's record holds state {state!r}; {message}"
+        runs.append(
+            Run(
+                revision=cm["metadata"]["labels"].get(REVISION_LABEL, ""),
+                name=cm["metadata"]["name"],
+                created=created,
+                state=state,
+                spec_json=record.get(SPEC_KEY, ""),
+                result=result,
+                message=message,
+                verdict=record.get(VERDICT_KEY),
+                verdict_failures=record.get(VERDICT_FAILURES_KEY, ""),
+                target=recorded_target(record),
+                confirmation=record.get(CONFIRMATION_KEY, ""),
+                served_before=record.get(SERVED_BEFORE_KEY, ""),
+                spec_hash=record.get(SPEC_HASH_KEY, ""),
+                summary=pending,
+            )
+        )
+    return sorted(runs, key=lambda r: r.created)
+
+
+def _job_data(reader: Kube, cm: dict[str, Any]) -> dict[str, Any]:
+    """The Job's ConfigMap's data with its result: the watch cache leaves the result out
+    (benchresult.trim), so a run with one not yet summarized reads it from the API server,
+    once (its summary is written in the same reconcile)."""
+    if left_out(cm):
+        meta = cm["metadata"]
+        cm = reader.get("v1", "ConfigMap", meta["namespace"], meta["name"]) or cm
+    return cm.get("data") or {}
+
+
+def pod_exit(pods: list[dict[str, Any]]) -> str:
+    """The newest failed container exit of a Job's pods: its code, reason and message (the
+    runner's own words, e.g. argparse's `unrecognized arguments: --URL=...`); "" if none."""
+    exits = []
+    for pod in pods:
+        for cs in pod.get("status", {}).get("containerStatuses", []):
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                done = state.get("terminated") or {}
+                if done and done.get("exitCode", 0) != 0:
+                    exits.append((str(done.get("finishedAt") or ""), pod["metadata"]["name"], done))
+    if not exits:
+        return ""
+    _, name, done = max(exits, key=lambda e: e[0])
+    text = f"pod {name} exited with code {done.get('exitCode')} ({done.get('reason') or 'Error'})"
+    message = str(done.get("message") or "").strip()
+    return f"{text}: {message[-MESSAGE_TAIL:]}" if message else text
+
+
+def job_state(
+    job: dict[str, Any], generation_annotation: str = "", pods: list[dict[str, Any]] | None = None
+) -> JobState:
+    st = job.get("status", {})
+    failed = next(
+        (
+            c
+            for c in st.get("conditions", [])
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        None,
+    )
+    return JobState(
+        name=job["metadata"]["name"],
+        active=bool(st.get("active")),
+        succeeded=bool(st.get("succeeded")),
+        failed_reason=failed.get("reason", "Failed") if failed else None,
+        failed_message=(
+            "; ".join(m for m in (failed.get("message", ""), pod_exit(pods or [])) if m)
+            if failed
+            else ""
+        ),
+        revision=(job["metadata"].get("labels") or {}).get(REVISION_LABEL, ""),
+        generation=written_generation(job, generation_annotation) if generation_annotation else 0,
+    )

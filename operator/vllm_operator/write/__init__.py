@@ -1,0 +1,2 @@
+"""Step "write": the one HTTP transport (retries, error mapping, fencing), server-side apply and
+prune, the benchmark runs' writes, the status and Events."""

@@ -1,0 +1,1 @@
+"""Unit tests of vllm_localenv (the harness) and the image builds."""
