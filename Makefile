@@ -28,15 +28,17 @@ node: ## the real node's host packages (containerd, runc, CNI, iptables, buildah
 	scripts/install-node-deps.sh
 	scripts/build-node.sh
 
+.PHONY: build-node
+build-node: # CoreDNS only (setup installs the host packages first)
+	scripts/build-node.sh
+
 .PHONY: monitoring
 monitoring: ## promtool + Prometheus (Debian) and prometheus-adapter (Go module proxy; cached)
 	scripts/build-monitoring.sh
-setup: monitoring
 
 .PHONY: helm
 helm: ## Helm v4 and the helm-unittest plugin (Go module proxy; cached) for the chart and its tests
 	scripts/build-helm.sh
-setup: helm
 
 .PHONY: prove-install
 prove-install: ## install the host packages into an empty debootstrap root and check every listed command (root)
@@ -51,8 +53,13 @@ images: ## container images built here without Docker: pause, operator, benchmar
 	scripts/install-node-deps.sh
 	scripts/build-images.sh $(IMAGES_ARGS)
 
+.PHONY: build-images
+build-images: # the images only (setup installs the host packages first)
+	scripts/build-images.sh $(IMAGES_ARGS)
+
 .PHONY: setup
-setup: venv control-plane node vllm images ## everything the demo and the tests need
+setup: ## everything the demo and the tests need: host packages, then the Go builds beside venvs and images (scripts/setup.sh)
+	MAKE="$(MAKE)" scripts/setup.sh
 
 .PHONY: cluster-up
 cluster-up: venv control-plane node images ## start the local cluster (fake GPU nodes + the real node)
