@@ -1,7 +1,8 @@
 """The Helm chart on the real node, nothing simulated: `helm install` with the images built
 here (never pulled) brings up two operator replicas from the operator image, in
 namespaced mode (Roles only, nothing cluster-scoped; leader election on a Lease), and the CPU
-sample becomes Ready on the node in a namespace enforcing Pod Security "restricted";
+sample becomes Ready on the node in a namespace enforcing Pod Security "restricted", its
+server running as uid 65532 (not root) with its caches in the HOME emptyDir, and serves;
 `helm uninstall` leaves the service serving.
 
 Run it alone, holding the host's real-node lock:
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.chart_support import CHART, helm, set_args
+from tests.node.test_pod_security_node import assert_serves_as_non_root
 from tests.support import SAMPLES, ready, wait_for
 from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
@@ -124,6 +126,7 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
             )
             raise
         ready_s = time.monotonic() - t1
+        served = assert_serves_as_non_root(lc, ns, "tiny-cpu")
         # one of the two replicas leads, on the Lease in the release namespace (the chart's
         # Role for it; POD_NAMESPACE from the downward API)
         lease = json.loads(lc.kubectl("get", "lease", "vllm-operator", "-n", rel_ns, "-o", "json"))
@@ -132,7 +135,7 @@ def test_the_chart_runs_the_operator_image_and_a_sample_serves(
         assert ready(lc, ns, "tiny-cpu")
         print(
             f"\nchart operator up (2 replicas, real node) {up_s:.0f}s;"
-            f" tiny-cpu Ready {ready_s:.0f}s"
+            f" tiny-cpu Ready {ready_s:.0f}s; {served}"
         )
     finally:
         helm("uninstall", release, "-n", rel_ns, kubeconfig=lc.kubeconfig, check=False)
