@@ -7,8 +7,9 @@
 --   benchmark rollback, a refused or foreign child: ChildrenSynced=False says which;
 --   never a failed read)                      -> Degraded, with the condition's message
 --   Ready=False, reason ScaledToZero           -> Suspended (replicas: 0 on purpose)
---   Progressing=True, reason Canary            -> Progressing (a new revision is measured on
---                                                its canary; the stable pods serve meanwhile)
+--   Progressing=True, reason Canary or Baking  -> Progressing (a new revision is measured on
+--                                                its canary, or bakes on live traffic beside
+--                                                the stable pods, which serve meanwhile)
 --   Ready=True                                 -> Healthy
 --   Progressing=False, ProgressDeadlineExceeded -> Degraded
 --   anything else                              -> Progressing (a rollout under way)
@@ -55,7 +56,8 @@ if ready ~= nil and ready.status == "False" and ready.reason == "ScaledToZero" t
   hs.message = msg(ready, "Scaled to zero")
   return hs
 end
-if progressing ~= nil and progressing.status == "True" and progressing.reason == "Canary" then
+if progressing ~= nil and progressing.status == "True"
+    and (progressing.reason == "Canary" or progressing.reason == "Baking") then
   hs.message = msg(progressing, "A new revision is measured on its canary")
   return hs
 end

@@ -86,8 +86,9 @@ def prometheus_config(
 
 
 def pod_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """file_sd target groups for the operator's running vLLM server pods (API pod objects):
-    the same selection and labels as monitoringgen.vllm_pod_relabel_configs()."""
+    """file_sd target groups for the operator's running vLLM server and canary pods (pods as
+    the API lists them): the same selection and labels as
+    generate.monitoring.vllm_pod_relabel_configs()."""
     groups = []
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
@@ -97,10 +98,10 @@ def pod_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if (
             lbl.get("app.kubernetes.io/name"),
-            lbl.get("app.kubernetes.io/component"),
+            lbl.get("app.kubernetes.io/component") in ("server", "canary"),
             lbl.get("app.kubernetes.io/managed-by"),
             ann.get("prometheus.io/scrape"),
-        ) != ("vllm", "server", "vllm-operator", "true"):
+        ) != ("vllm", True, "vllm-operator", "true"):
             continue
         ports = [
             p["containerPort"]

@@ -27,7 +27,10 @@ from typing import Any
 
 from vllm_localenv.monitoring import operator_targets, pod_targets
 
-VLLM_SELECTOR = "app.kubernetes.io/managed-by=vllm-operator,app.kubernetes.io/component=server"
+# the server pods and the canaries' (a bake compares them: observe/live.py)
+VLLM_SELECTOR = (
+    "app.kubernetes.io/managed-by=vllm-operator,app.kubernetes.io/component in (server,canary)"
+)
 OPERATOR_SELECTOR = "app.kubernetes.io/name=vllm-operator"
 
 

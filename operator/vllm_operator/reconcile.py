@@ -32,6 +32,7 @@ from vllm_operator.decide.aim import aim
 from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Plan, Start, decide, describe, held_spec, restorable
 from vllm_operator.decide.progressive import Rollout, progress
+from vllm_operator.observe.live import live_reader
 from vllm_operator.observe.read import observe
 from vllm_operator.observe.state import (
     SERVED_SPEC_ANNOTATION,
@@ -42,7 +43,7 @@ from vllm_operator.observe.state import (
 )
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL, revision
-from vllm_operator.render.canary import render_canary
+from vllm_operator.render.canary import BAKE_ANNOTATION, render_bake_endpoints, render_canary
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
@@ -144,7 +145,12 @@ def render_children(
     if rollout is not None and rollout.canary_replicas is not None:
         manifest = render_canary(svc, settings)
         manifest["spec"]["replicas"] = rollout.canary_replicas
+        if rollout.bake_note:  # the bake's verdict outlives its EndpointSlice
+            manifest["metadata"]["annotations"][BAKE_ANNOTATION] = rollout.bake_note
         canary.append(manifest)
+    if rollout is not None and rollout.bake_endpoint is not None:
+        e = rollout.bake_endpoint
+        canary.append(render_bake_endpoints(svc, e.pod, e.uid, e.ip, e.port, node=e.node))
     if rollout is not None and rollout.take_one and "replicas" in deployment["spec"]:
         deployment["spec"]["replicas"] = max(1, svc.spec.replicas - 1)
     rendered = [
@@ -254,7 +260,8 @@ def _pipeline(
     svc: Service, old_status: dict[str, Any], writer: Writer, settings: OperatorSettings
 ) -> Outcome:
     # observe (read-only): the children, the pods, the benchmark history and its Jobs
-    seen = observe(writer, svc)
+    live = live_reader(settings.prometheus_url)  # a canary's bake reads Prometheus
+    seen = observe(writer, svc, live=live)
     if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the
         # service: a no-op, so that no child goes back to an older spec and no run of the
@@ -323,7 +330,7 @@ def _pipeline(
         # the rollout the run waited for reaches the status first (Ready; the run "starting"):
         # a run's ConfigMaps, account, Role and Job take seconds to write when many services
         # roll out at once, and a service that serves must not be reported late for them
-        now = observe(writer, svc, after_writes=True) if changes else seen
+        now = observe(writer, svc, after_writes=True, live=live) if changes else seen
         reported = status_of(now, old_status)
         _write_status(writer, meta, old_status, reported)
     try:
@@ -334,7 +341,9 @@ def _pipeline(
         bench_failed.append(exc)
     # status (pure), from what the writes left (read again only when something was written)
     after = (
-        observe(writer, svc, after_writes=True) if changes or plan.writes or bench_failed else seen
+        observe(writer, svc, after_writes=True, live=live)
+        if changes or plan.writes or bench_failed
+        else seen
     )
     status = status_of(after, reported)
     _write_status(writer, meta, reported, status)

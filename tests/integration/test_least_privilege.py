@@ -166,14 +166,23 @@ def bench_job(cluster: LocalCluster, namespace: str, name: str, generation: int)
     return wait_for(f"job {job}", lambda: get(cluster, namespace, "job", job), timeout=60)
 
 
-def finish_run(cluster: LocalCluster, namespace: str, job: dict[str, Any], tmp: Path) -> None:
+def finish_run(
+    cluster: LocalCluster,
+    namespace: str,
+    job: dict[str, Any],
+    tmp: Path,
+    tps: float | None = None,
+) -> None:
     """What the runner does at the end, as the Job's own ServiceAccount: publish a result
-    into the run's ConfigMap (the only object its Role names); then the pod exits 0."""
+    into the run's ConfigMap (the only object its Role names); then the pod exits 0. `tps`:
+    the headline output tokens per second the result carries (None: no headline)."""
     pod = job["spec"]["template"]["spec"]
     kubeconfig = cluster.service_account_kubeconfig(
         namespace, pod["serviceAccountName"], tmp / "job.kubeconfig"
     )
-    result = {"status": "ok", "finishedAt": "2026-11-30T00:00:00Z", "scenarios": {}}
+    result: dict[str, Any] = {"status": "ok", "finishedAt": "2026-11-30T00:00:00Z", "scenarios": {}}
+    if tps is not None:
+        result["headline"] = {"outputTokensPerSecond": tps}
     patch = {"data": {"result.json": json.dumps(result)}}
     cluster.kubectl(
         f"--kubeconfig={kubeconfig}",
@@ -437,6 +446,47 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
             ),
         )
         patch_b2("json", [{"op": "remove", "path": "/metadata/finalizers"}])
+
+        # 6b. a canary's bake (rollout.canary.bake): the EndpointSlice that puts the canary's
+        # pod in the Service's endpoints is written once its benchmark passes, and pruned when
+        # a newer spec supersedes it (no Prometheus here: the bake waits, and says so)
+        gated = {"thresholds": {"minOutputTokensPerSecond": 1}, "keepRuns": 3}
+        baked = {"canary": {"bake": {"seconds": 600}}}
+        apply(cluster, ns_b, service("lp-bake", benchmark=gated, rollout=baked))
+        finish_run(cluster, ns_b, bench_job(cluster, ns_b, "lp-bake", 1), tmp_path, tps=100)
+        wait_for(
+            "lp-bake's run passed", lambda: benchmark_state(cluster, ns_b, "lp-bake") == "True"
+        )
+        for generation, seqs in ((2, 32), (3, 48)):
+            apply(
+                cluster,
+                ns_b,
+                service("lp-bake", benchmark=gated, rollout=baked, engine={"maxNumSeqs": seqs}),
+            )
+            if generation == 3:
+                break
+            canary_job = wait_for(
+                "the canary's run",
+                lambda: (
+                    (r := (get(cluster, ns_b, "vllmservice", "lp-bake") or {}).get("status", {}))
+                    .get("rollout", {})
+                    .get("phase")
+                    == "Canary"
+                    and get(cluster, ns_b, "job", f"lp-bake-bench-{r['rollout']['revision'][:8]}")
+                ),
+                timeout=120,
+            )
+            finish_run(cluster, ns_b, canary_job, tmp_path, tps=100)
+            wait_for(
+                "the canary in the Service's endpoints",
+                lambda: exists(cluster, ns_b, "endpointslice", "lp-bake-canary-bake"),
+                timeout=60,
+            )
+        wait_for(
+            "the superseded bake's EndpointSlice pruned",
+            lambda: not exists(cluster, ns_b, "endpointslice", "lp-bake-canary-bake"),
+            timeout=60,
+        )
 
         # 7. the chart's admission policies: what RBAC lets the operator's account do and the
         # policies do not (server-side dry runs as that account: admission runs, nothing stays)

@@ -100,6 +100,8 @@ def host_operator(
         extra_env={
             "VLLM_OPERATOR_BENCHMARK_IMAGE": "localhost/vllm-bench:dev",
             "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
+            # a canary's bake reads the node cluster's Prometheus (rollout.canary.bake)
+            "VLLM_OPERATOR_PROMETHEUS_URL": real_cluster.prometheus_url,
         },
     )
     op.start()

@@ -1,16 +1,20 @@
-"""Benchmark before traffic on the real node (issue 21, items 1, 3, 4 and 5), nothing simulated:
-a one-replica CPU vLLM service serves a client that streams through the Service the whole time.
+"""Benchmark before traffic, then a bake on live traffic, on the real node (issue 21, items 1-5),
+nothing simulated: a one-replica CPU vLLM service serves a client that streams through the
+Service the whole time.
 
 1. A revision made slower on purpose (maxNumSeqs 1) whose gate it cannot meet starts as one
    canary pod outside the Service, is measured twice on that pod alone and is stopped there
    (Aborted): the serving pod is the same pod throughout, the canary's IP never appears in the
    Service's EndpointSlices, and the canary's own request counter holds no more requests than
    the two benchmark runs sent it (its client requests: 0).
-2. The person on call promotes it anyway (the promote annotation naming its revision): the
-   serving pod is replaced by a surge pod (maxSurge 1, maxUnavailable 0: the one-replica
-   default) with the preStop drain, and the streaming client sees no failed request over the
-   whole test. (A promotion on a passing verdict takes the same path after the verdict: the
-   unit tests and the local-cluster tier show it; here it would cost one more CPU vLLM start.)
+2. A good revision (rollout.canary.bake) passes its benchmark on its canary, then bakes: the
+   canary's pod joins the Service's endpoints beside the stable pod (the operator's
+   EndpointSlice), the client's requests reach it, its live TTFT, inter-token latency and
+   error rate are read from the node cluster's Prometheus and compared with the stable pod's
+   over the window, and it is promoted: the serving pod is replaced by a surge pod (maxSurge
+   1, maxUnavailable 0: the one-replica default) with the preStop drain. The streaming client
+   sees no failed request over the whole test. (The promote and abort annotations take the
+   same paths by hand: the unit tests show them.)
 
 The operator runs on the host as its own ServiceAccount (conftest.host_operator)."""
 
@@ -41,6 +45,17 @@ BENCH = {
     "timeoutSeconds": 900,
     "onFailure": "Rollback",
     "args": ["--streaming-requests", "8", "--output-tokens", "16", "--warmup-requests", "1"],
+}
+
+
+# the good revision's bake: a minute of live traffic; limits far from what two equal CPU pods
+# measure (the figures are the point here, an abort is the unit tests')
+BAKE = {
+    "seconds": 60,
+    "minRequests": 5,
+    "maxTtftP99Ratio": 20,
+    "maxInterTokenP99Ratio": 20,
+    "maxErrorRateIncrease": 0.5,
 }
 
 
@@ -170,8 +185,8 @@ def _own_requests(lc: LocalCluster, ns: str, run: str) -> int:
     return int(result["liveLoad"]["ownRequests"]) + int(result["environment"]["warmup"]["requests"])
 
 
-# three CPU vLLM starts (the serving pod, the canary, the surge pod) and two benchmark runs
-@pytest.mark.timeout(2700)
+# four CPU vLLM starts (the serving pod, two canaries, the surge pod), three benchmark runs
+@pytest.mark.timeout(3000)
 def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_errors(
     real_cluster: LocalCluster, model_namespace: str
 ) -> None:
@@ -232,30 +247,89 @@ def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_
         wait_for("a scrape of the canary", lambda: watcher.canary_requests, timeout=5)
         bad_served = max(watcher.canary_requests.values())
 
-        # 2. promoted by hand: the serving pod is replaced by a surge pod, no request fails
-        # (once the aborted canary's pod is gone: the node has room for one more pod, not two)
+        bad_ips, bad_endpoints = set(watcher.canary_ips), set(watcher.endpoints)
+
+        # 2. a good revision: measured on its canary, baked on live traffic, promoted (once
+        # the aborted canary's pod is gone: the node has room for one more pod, not two)
         wait_for("the canary's pod gone", lambda: not items(lc, ns, "pods", CANARY), timeout=300)
         changed = time.monotonic()
-        lc.kubectl("annotate", "vsvc", NAME, "-n", ns, f"serving.vllm-operator.dev/promote={bad}")
+        _patch(
+            lc,
+            ns,
+            {
+                "engine": {"maxNumSeqs": 8},
+                "benchmark": {**BENCH, "enabled": True, "thresholds": {"maxTtftP95Seconds": 120}},
+                "rollout": {"canary": {"bake": BAKE}},
+            },
+        )
+        baking = wait_for(
+            "the canary baking on live traffic",
+            lambda: _rollout(lc, ns, "Baking"),
+            timeout=1500,
+            every=3,
+        )
+        good = baking["status"]["rollout"]["revision"]
+        assert good not in (bad, stable)
+        (canary_pod,) = items(lc, ns, "pods", CANARY)
+        canary_ip = canary_pod["status"]["podIP"]
+        wait_for(
+            "the canary's IP among the Service's endpoints",
+            lambda: canary_ip in watcher.endpoints,
+            timeout=60,
+        )
+        (good_run,) = [
+            cm["metadata"]["name"]
+            for cm in items(lc, ns, "configmaps", "app.kubernetes.io/component=benchmark")
+            if cm["metadata"]["labels"].get("serving.vllm-operator.dev/revision") == good
+        ]
+        last_baking: dict[str, Any] = {}
+
+        def bake_decided() -> dict[str, Any] | None:
+            """The rollout once the bake decided (the last look while baking kept: its
+            figures; the verdict stays in the status with the revision)."""
+            r = (get(lc, ns, "vllmservice", NAME) or {}).get("status", {}).get("rollout") or {}
+            if r.get("phase") == "Baking":
+                last_baking.update(r)
+            return r if r.get("revision") == good and r.get("phase") != "Baking" else None
+
+        baked = wait_for(
+            "the bake's verdict",
+            bake_decided,
+            timeout=BAKE["seconds"] + 300,
+            every=2,
+        )
+        baked_s = time.monotonic() - changed
         promoted = wait_for(
-            "the revision promoted by hand",
-            lambda: _rollout(lc, ns, "Promoted", bad),
+            "the good revision promoted",
+            lambda: _rollout(lc, ns, "Promoted", good),
             timeout=1200,
             every=3,
         )
         to_promoted = time.monotonic() - changed
         wait_for("the service Ready again", lambda: ready(lc, ns, NAME), timeout=300, every=3)
         time.sleep(3)  # a few more answers from the promoted pod
+        good_served = watcher.canary_requests.get(canary_pod["metadata"]["name"], 0.0)
+        good_own = _own_requests(lc, ns, good_run)
 
-    # the canary's IPs were never the Service's; the canary served the benchmark only
-    assert watcher.canary_ips, "no canary pod was seen"
-    assert watcher.endpoints, "no endpoint of the Service was seen"
-    assert not watcher.canary_ips & watcher.endpoints, (watcher.canary_ips, watcher.endpoints)
+    # the failing revision's canary IPs were never the Service's; it served the benchmark only
+    assert bad_ips, "no canary pod was seen"
+    assert bad_endpoints, "no endpoint of the Service was seen"
+    assert not bad_ips & bad_endpoints, (bad_ips, bad_endpoints)
     assert 0 < bad_served <= own, (bad_served, own)  # (0: the scrape never saw its runs)
+    # the good one baked on the client's requests, and Prometheus's figures say so
+    assert baked["phase"] in ("Promoting", "Promoted"), baked
+    assert baked["bake"]["verdict"] == "Passed", baked
+    figures = last_baking["bake"]
+    assert figures["canaryRequests"] > 0, last_baking  # client requests reached it
+    assert figures["canaryTtftP99Seconds"] > 0, last_baking
+    assert figures["stableTtftP99Seconds"] > 0, last_baking
+    assert good_served > good_own, (good_served, good_own)
     print(
         f"\nfailing revision {bad}: its canary answered {bad_served:.0f} requests, its two runs "
-        f"sent {own}; client requests through the Service {client.sent}, failed "
-        f"{len(client.failures)}; promote annotation -> Promoted {to_promoted:.0f} s"
+        f"sent {own}; good revision {good}: its canary answered {good_served:.0f} requests "
+        f"(its run sent {good_own}); bake: {json.dumps(last_baking['bake'])}; spec change -> bake "
+        f"verdict {baked_s:.0f} s, -> Promoted {to_promoted:.0f} s; client requests through "
+        f"the Service {client.sent}, failed {len(client.failures)}"
     )
     assert client.failures == [], client.failures[:5]
     assert client.ok > 10, client.ok

@@ -118,6 +118,12 @@ refusal, and every grant used. */}}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
+# a canary's bake on live traffic (rollout.canary.bake): one EndpointSlice that adds the
+# canary's pod to the Service's endpoints for the bake window, deleted after it; watched
+# with the managed-by selector as the other children
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch, create, patch, delete]
 # the Prometheus Operator's kinds, only where its CRDs are served (not watched)
 - apiGroups: [monitoring.coreos.com]
   resources: [prometheusrules, podmonitors]

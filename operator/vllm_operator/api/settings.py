@@ -100,6 +100,13 @@ class OperatorSettings(BaseSettings):
         default="https://github.com/vllm-operator/vllm-operator/blob/main/docs/runbooks.md",
         description="Runbook page the alerts link to; each alert adds its own #anchor.",
     )
+    prometheus_url: str = Field(
+        default="",
+        description="The Prometheus the operator reads live figures from (rollout.canary.bake: "
+        "the canary against the stable pods), e.g. "
+        "http://prometheus-operated.monitoring.svc:9090; empty: no bake can run (the status "
+        "says so).",
+    )
     scrape_interval: str = Field(
         default="15s", description="How often the rendered PodMonitor scrapes vLLM's /metrics."
     )

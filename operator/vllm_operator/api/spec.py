@@ -572,6 +572,51 @@ class AutoscalingSpec(_Model):
         return self
 
 
+class BakeSpec(_Model):
+    """After its benchmark passes, the canary bakes on live traffic before the serving pods
+    roll to it: it joins the Service's endpoints beside the stable pods (one more endpoint,
+    an EndpointSlice the operator writes), and its live TTFT p99, inter-token latency p99
+    and error rate, read from Prometheus, are compared with the stable pods' over the
+    window. Worse beyond a limit (once it answered minRequests) aborts it at once."""
+
+    seconds: int = Field(
+        default=300,
+        ge=30,
+        le=86_400,
+        description="The bake window: how long the canary serves live traffic before it is "
+        "promoted (an abort can come earlier).",
+    )
+    max_ttft_p99_ratio: float = Field(
+        default=1.5,
+        ge=1,
+        le=100,
+        description="Abort when the canary's time-to-first-token p99 exceeds the stable pods' "
+        "times this.",
+    )
+    max_inter_token_p99_ratio: float = Field(
+        default=1.5,
+        ge=1,
+        le=100,
+        description="Abort when the canary's inter-token latency p99 exceeds the stable pods' "
+        "times this.",
+    )
+    max_error_rate_increase: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Abort when the canary's share of failed (5xx) /v1 requests exceeds the "
+        "stable pods' by more than this (0.01: one point).",
+    )
+    min_requests: int = Field(
+        default=20,
+        ge=1,
+        le=1_000_000,
+        description="Requests the canary must have answered in the window before its figures "
+        "count; a window that ends with fewer promotes it (the status says it was "
+        "inconclusive).",
+    )
+
+
 class CanarySpec(_Model):
     """A new revision proves itself on one pod outside the Service before it serves anyone."""
 
@@ -589,6 +634,12 @@ class CanarySpec(_Model):
         "status says which resource, since when), or ReplaceStable: with 2 or more stable "
         "replicas whose count the operator sets (autoscaling off), run one stable pod fewer "
         "while the canary runs.",
+    )
+    bake: BakeSpec | None = Field(
+        default=None,
+        description="Bake on live traffic after the benchmark passes (needs the operator's "
+        "prometheusUrl setting; unset: promote once the benchmark passes). Acts under "
+        "benchmark.onFailure Rollback; under Report its verdict is only reported.",
     )
 
 
@@ -1181,11 +1232,36 @@ class BenchmarkStatus(_Model):
     )
 
 
+class BakeStatus(_Model):
+    """The canary's live figures against the stable pods', as Prometheus reads them."""
+
+    started_at: str | None = Field(default=None, description="When the canary joined.")
+    seconds: int | None = Field(default=None, description="Seconds baked so far.")
+    verdict: Literal["Passed", "Failed", "Inconclusive"] | None = Field(
+        default=None, description="The bake's outcome, once decided."
+    )
+    canary_requests: float | None = Field(
+        default=None, description="Requests the canary answered in the window."
+    )
+    canary_ttft_p99_seconds: float | None = Field(default=None, description="Canary TTFT p99.")
+    stable_ttft_p99_seconds: float | None = Field(default=None, description="Stable TTFT p99.")
+    canary_inter_token_p99_seconds: float | None = Field(
+        default=None, description="Canary inter-token latency p99."
+    )
+    stable_inter_token_p99_seconds: float | None = Field(
+        default=None, description="Stable inter-token latency p99."
+    )
+    canary_error_rate: float | None = Field(default=None, description="Canary 5xx share.")
+    stable_error_rate: float | None = Field(default=None, description="Stable 5xx share.")
+
+
 class RolloutStatus(_Model):
     """A new revision on its way to serving (rollout.canary)."""
 
-    phase: Literal["Canary", "Promoting", "Promoted", "Aborted"] = Field(
+    phase: Literal["Canary", "Baking", "Promoting", "Promoted", "Aborted"] = Field(
         description="Canary: one pod of the new revision, outside the Service, is measured; "
+        "Baking: it passed and serves live traffic beside the stable pods (rollout.canary.bake), "
+        "compared with them; "
         "Promoting: it passed (or was promoted by hand) and the serving pods roll to it; "
         "Promoted: every serving pod runs it; Aborted: it failed its gates or was aborted by "
         "hand, and the stable revision kept serving.",
@@ -1195,6 +1271,9 @@ class RolloutStatus(_Model):
         default=None, description="The revision that serves while the canary is measured."
     )
     canary: str | None = Field(default=None, description="The canary Deployment.")
+    bake: BakeStatus | None = Field(
+        default=None, description="The bake on live traffic (rollout.canary.bake)."
+    )
     message: str = Field(default="", max_length=32_768, description="Why, in words.")
 
 

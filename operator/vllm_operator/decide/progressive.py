@@ -27,13 +27,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_operator.api.spec import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Service
+from vllm_operator.decide.bake import FAILED as BAKE_FAILED
+from vllm_operator.decide.bake import INCONCLUSIVE as BAKE_INCONCLUSIVE
+from vllm_operator.decide.bake import PASSED as BAKE_PASSED
+from vllm_operator.decide.bake import judge
 from vllm_operator.decide.gates import FAILED, PASSED, Run
 from vllm_operator.decide.policy import ABORTED_BY_HAND, PROMOTED_BY_HAND, Plan, Record
-from vllm_operator.observe.state import Observed, rolled_out
+from vllm_operator.decide.target_pod import ready as pod_ready
+from vllm_operator.observe.state import Bake, Observed, rolled_out
 from vllm_operator.render.benchmark import MESSAGE_KEY, STATE_KEY
-from vllm_operator.render.canary import canary_name
+from vllm_operator.render.canary import BAKE_ANNOTATION, canary_name
 
-CANARY, PROMOTING, PROMOTED, ABORTED = "Canary", "Promoting", "Promoted", "Aborted"
+CANARY, BAKING, PROMOTING, PROMOTED, ABORTED = (
+    "Canary",
+    "Baking",
+    "Promoting",
+    "Promoted",
+    "Aborted",
+)
+
+
+@dataclass(frozen=True)
+class BakeEndpoint:
+    """The canary's pod as it joins the Service's endpoints (render/canary.py)."""
+
+    pod: str
+    uid: str
+    ip: str
+    port: int
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,12 @@ class Rollout:
     by_hand: bool = False  # the promote or abort annotation decided
     # the canary's pod cannot come up (a crash loop, an image that cannot be pulled): why
     failing: str = ""
+    # the bake (rollout.canary.bake): the canary's pod in the Service's endpoints (None: not
+    # rendered: pruned), its verdict kept on the canary Deployment (BAKE_ANNOTATION: "" none)
+    bake_endpoint: BakeEndpoint | None = None
+    bake_note: str = ""
+    bake: Bake | None = None
+    bake_verdict: str = ""
 
 
 def _stop(plan: Plan, observed: Observed, message: str) -> Plan:
@@ -157,11 +185,15 @@ def progress(svc: Service, observed: Observed, plan: Plan) -> tuple[Plan, Rollou
         )
     if verdict == PASSED or (verdict is not None and not rollback):
         passed = "passed its gates" if verdict == PASSED else "was measured (onFailure: Report)"
-        return plan, dataclasses.replace(
-            base,
-            phase=PROMOTING,
-            message=f"revision {rev} {passed} on the canary: the serving pods roll to it",
-        )
+        if svc.spec.rollout.canary_settings.bake is not None:
+            promoting = _baking(svc, observed, plan, base, passed=passed, rollback=rollback)
+        else:
+            promoting = dataclasses.replace(
+                base,
+                phase=PROMOTING,
+                message=f"revision {rev} {passed} on the canary: the serving pods roll to it",
+            )
+        return plan, promoting
     return plan, dataclasses.replace(
         base,
         phase=CANARY,
@@ -175,6 +207,100 @@ def progress(svc: Service, observed: Observed, plan: Plan) -> tuple[Plan, Rollou
     )
 
 
+_BAKED = {
+    BAKE_PASSED: "passed its bake",
+    BAKE_INCONCLUSIVE: "baked without enough traffic to compare",
+    BAKE_FAILED: "failed its bake (onFailure: Report)",
+}
+
+
+def bake_note(observed: Observed, revision: str) -> tuple[str, str] | None:
+    """(verdict, message) of the bake of `revision`, as the canary Deployment keeps it."""
+    annotations = (observed.canary or {}).get("metadata", {}).get("annotations") or {}
+    parts = (annotations.get(BAKE_ANNOTATION) or "").split(" ", 2)
+    if len(parts) < 2 or parts[0] != revision:
+        return None
+    return parts[1], parts[2] if len(parts) > 2 else ""
+
+
+def _endpoint(observed: Observed, plan: Plan) -> BakeEndpoint | None:
+    """The canary's pod the passing run measured, while it is Ready."""
+    run = _measuring(plan, observed) or next(
+        (r for r in reversed(observed.runs) if r.revision == plan.revision and r.target), None
+    )
+    if run is None or run.target is None:
+        return None
+    pod = next(
+        (p for p in observed.canary_pods or () if p["metadata"]["name"] == run.target.pod), None
+    )
+    if pod is None or pod["metadata"].get("deletionTimestamp") or not pod_ready(pod):
+        return None
+    t = run.target
+    return BakeEndpoint(t.pod, t.uid, t.ip, t.port, pod.get("spec", {}).get("nodeName"))
+
+
+def _baking(
+    svc: Service, observed: Observed, plan: Plan, base: Rollout, *, passed: str, rollback: bool
+) -> Rollout:
+    """The canary passed its benchmark: it bakes on live traffic beside the stable pods
+    before the serving pods roll to it (decide/bake.py judges the figures)."""
+    limits = svc.spec.rollout.canary_settings.bake
+    assert limits is not None
+    rev, stable = plan.revision, base.stable
+    noted = bake_note(observed, rev)
+    if noted is not None:  # decided in an earlier reconcile: it stays decided
+        verdict, why = noted
+        note = f"{rev} {verdict} {why}"
+    else:
+        if observed.bake is None:
+            endpoint = _endpoint(observed, plan)
+            return dataclasses.replace(
+                base,
+                phase=BAKING,
+                canary_replicas=1,
+                hold=plan.held,
+                bake_endpoint=endpoint,
+                message=f"revision {rev} {passed} on the canary; it joins the Service's "
+                f"endpoints to bake {limits.seconds} s on live traffic beside revision {stable}"
+                if endpoint is not None
+                else f"revision {rev} {passed} on the canary; its pod is not Ready to bake",
+            )
+        judged = judge(limits, observed.bake)
+        if judged.verdict is None:
+            return dataclasses.replace(
+                base,
+                phase=BAKING,
+                canary_replicas=1,
+                hold=plan.held,
+                bake_endpoint=_endpoint(observed, plan),
+                bake=observed.bake,
+                message=f"revision {rev}: {judged.message}",
+            )
+        verdict, why = judged.verdict, judged.message
+        note = f"{rev} {verdict} {why}"[:4000]
+    if verdict == BAKE_FAILED and rollback:
+        return dataclasses.replace(
+            base,
+            phase=ABORTED,
+            hold=plan.held,
+            bake_note=note,
+            bake=observed.bake,
+            bake_verdict=verdict,
+            message=f"revision {rev} {passed} on the canary, then failed its bake: {why}; "
+            f"the canary left the endpoints; revision {stable} serves",
+        )
+    said = _BAKED.get(verdict, verdict)
+    return dataclasses.replace(
+        base,
+        phase=PROMOTING,
+        bake_note=note,
+        bake=observed.bake,
+        bake_verdict=verdict,
+        message=f"revision {rev} {passed} on the canary and {said} ({why}): the serving pods "
+        "roll to it",
+    )
+
+
 def _after(svc: Service, observed: Observed, plan: Plan, idle: int | None) -> Rollout:
     """Once the serving Deployment runs the revision (promoted, or never on a canary)."""
     dep = observed.deployment
@@ -185,14 +311,22 @@ def _after(svc: Service, observed: Observed, plan: Plan, idle: int | None) -> Ro
     if not on_canary:
         return Rollout(canary_replicas=idle)
     done = rolled_out(dep)
+    # the bake's verdict stays on the canary Deployment (and in the status) with the revision
+    noted = bake_note(observed, plan.revision) if idle is not None else None
+    baked = f" (it {_BAKED.get(noted[0], noted[0])}: {noted[1]})" if noted else ""
     return Rollout(
         phase=PROMOTED if done else PROMOTING,
         revision=plan.revision,
         stable=observed.previous_revision,
         canary_replicas=idle,
-        message=f"every serving pod runs revision {plan.revision}"
-        if done
-        else f"the serving pods roll to revision {plan.revision}",
+        bake_note=f"{plan.revision} {noted[0]} {noted[1]}" if noted else "",
+        bake_verdict=noted[0] if noted else "",
+        message=(
+            f"every serving pod runs revision {plan.revision}"
+            if done
+            else f"the serving pods roll to revision {plan.revision}"
+        )
+        + baked,
     )
 
 
@@ -208,10 +342,43 @@ def status_of(rollout: Rollout, svc: Service) -> dict[str, Any] | None:
     out: dict[str, Any] = {"phase": rollout.phase, "revision": rollout.revision}
     if rollout.stable:
         out["stableRevision"] = rollout.stable
-    if rollout.phase == CANARY:
+    if rollout.phase in (CANARY, BAKING):
         out["canary"] = canary_name(svc)
+    if rollout.bake is not None or rollout.bake_verdict:
+        out["bake"] = _bake_status(rollout)
     out["message"] = rollout.message
     return out
 
 
-__all__ = ["ABORTED", "CANARY", "PROMOTED", "PROMOTING", "Rollout", "progress", "status_of"]
+def _bake_status(rollout: Rollout) -> dict[str, Any]:
+    b = rollout.bake
+    out: dict[str, Any] = {}
+    if b is not None:
+        out.update(startedAt=b.started, seconds=int(b.elapsed))
+    if rollout.bake_verdict:
+        out["verdict"] = rollout.bake_verdict
+    for prefix, f in (("canary", b.canary if b else None), ("stable", b.stable if b else None)):
+        if f is None:
+            continue
+        if prefix == "canary":
+            out["canaryRequests"] = round(f.requests, 1)
+        if f.ttft_p99 is not None:
+            out[f"{prefix}TtftP99Seconds"] = round(f.ttft_p99, 4)
+        if f.itl_p99 is not None:
+            out[f"{prefix}InterTokenP99Seconds"] = round(f.itl_p99, 4)
+        out[f"{prefix}ErrorRate"] = round(f.error_rate, 4)
+    return out
+
+
+__all__ = [
+    "ABORTED",
+    "BAKING",
+    "CANARY",
+    "PROMOTED",
+    "PROMOTING",
+    "BakeEndpoint",
+    "Rollout",
+    "bake_note",
+    "progress",
+    "status_of",
+]

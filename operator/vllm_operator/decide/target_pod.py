@@ -57,7 +57,8 @@ class Choice:
     reason: str = ""
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def ready(pod: dict[str, Any]) -> bool:
+    """Ready, Running and addressed: a pod a client can reach."""
     status = pod.get("status") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -116,13 +117,13 @@ def choose_target(
     current, why = revision_pods(deployment, pods)
     if not current:
         return Choice(None, why)
-    ready = sorted(
-        (p for p in current if _ready(p)),
+    ready_pods = sorted(
+        (p for p in current if ready(p)),
         key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
     )
-    if not ready:
+    if not ready_pods:
         return Choice(None, "no pod of the current revision is Ready")
-    pod = ready[0]
+    pod = ready_pods[0]
     return Choice(
         Target(
             pod=pod["metadata"]["name"],

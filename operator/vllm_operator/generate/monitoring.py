@@ -87,7 +87,9 @@ def adapter_helm_values() -> dict[str, Any]:
 
 def vllm_pod_relabel_configs() -> list[dict[str, Any]]:
     """relabel_configs (plain Prometheus syntax) that keep the operator's vLLM server pods and
-    give their series the namespace, pod and service labels the rules group by."""
+    canary pods and give their series the namespace, pod and service labels the rules group by
+    (a canary's `service` is `<name>-canary`, its instance label: no rule or autoscaler of
+    the service counts it; a bake compares it with the stable pods, observe/live.py)."""
     return [
         {
             "source_labels": [
@@ -95,7 +97,7 @@ def vllm_pod_relabel_configs() -> list[dict[str, Any]]:
                 "__meta_kubernetes_pod_label_app_kubernetes_io_component",
                 "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by",
             ],
-            "regex": "vllm;server;vllm-operator",
+            "regex": "vllm;(server|canary);vllm-operator",
             "action": "keep",
         },
         {

@@ -4,6 +4,8 @@ the benchmark history with its Jobs. No writes here."""
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 from typing import Any
 
 from vllm_operator.api.spec import Service
@@ -18,8 +20,10 @@ from vllm_operator.observe.benchresult import (
     read_summary,
     summarize,
 )
+from vllm_operator.observe.live import LiveReader
 from vllm_operator.observe.state import (
     MESSAGE_TAIL,
+    Bake,
     JobState,
     Observed,
     PodProblem,
@@ -40,17 +44,59 @@ from vllm_operator.render.benchmark import (
     record_name,
     recorded_target,
 )
-from vllm_operator.render.canary import canary_name, canary_selector
+from vllm_operator.render.canary import bake_endpoints_name, canary_name, canary_selector
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
 from vllm_operator.write.transport import Kube, written_generation
 
+log = logging.getLogger("vllm_operator")
 
-def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observed:
+
+def _bake(
+    reader: Kube, svc: Service, canary_pods: tuple[dict[str, Any], ...], live: LiveReader | None
+) -> Bake | None:
+    """The canary's bake, while its EndpointSlice puts it in the Service's endpoints: since
+    when, and its live figures against the stable pods' over that window (from Prometheus)."""
+    slice_ = reader.get(
+        "discovery.k8s.io/v1", "EndpointSlice", svc.namespace, bake_endpoints_name(svc)
+    )
+    if slice_ is None or not _owned(slice_, svc):
+        return None
+    started = slice_["metadata"].get("creationTimestamp", "")
+    try:
+        since = dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
+        elapsed = max(0.0, (dt.datetime.now(dt.UTC) - since).total_seconds())
+    except ValueError:
+        elapsed = 0.0
+    if live is None:
+        return Bake(
+            started,
+            elapsed,
+            error="no Prometheus to read (the operator's "
+            "prometheusUrl setting, VLLM_OPERATOR_PROMETHEUS_URL, is empty)",
+        )
+    refs = [e.get("targetRef", {}).get("name") for e in slice_.get("endpoints") or []]
+    pods = [p["metadata"]["name"] for p in canary_pods if p["metadata"]["name"] in refs]
+    if not pods:
+        return Bake(started, elapsed, error="the canary's pod in the bake is gone")
+    window = int(elapsed) + 1
+    try:
+        canary = live.figures(svc.namespace, f'pod="{pods[0]}"', window)
+        stable = live.figures(svc.namespace, f'service="{svc.name}"', window)
+    except Exception as exc:  # noqa: BLE001  (any failure of the read: no verdict, said why)
+        log.warning("reading the bake's figures of %s/%s: %s", svc.namespace, svc.name, exc)
+        return Bake(started, elapsed, error=f"reading Prometheus failed: {exc}"[:500])
+    return Bake(started, elapsed, canary=canary, stable=stable)
+
+
+def observe(
+    reader: Kube, svc: Service, *, after_writes: bool = False, live: LiveReader | None = None
+) -> Observed:
     """Everything a reconcile decides on, read before anything is written. `after_writes`:
     the second look, after the reconcile's own writes: the Deployment comes from the watch
     cache, which holds what those writes answered (the first look reads it from the API
-    server: the generation guard needs the latest)."""
+    server: the generation guard needs the latest). `live`: where a canary's bake reads its
+    live figures (None: no Prometheus configured)."""
     deployment = reader.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
     hpa = None
     if svc.spec.autoscaling.enabled:
@@ -94,6 +140,9 @@ def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observ
         selector = ",".join(f"{k}={v}" for k, v in canary_selector(svc).items())
         canary_pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
         canary_problems, canary_waiting = pod_problems(list(canary_pods))
+    bake = None
+    if canary is not None and svc.spec.rollout.canary_settings.bake is not None:
+        bake = _bake(reader, svc, canary_pods or (), live)
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -114,6 +163,7 @@ def observe(reader: Kube, svc: Service, *, after_writes: bool = False) -> Observ
         canary_pods=canary_pods,
         canary_problems=canary_problems,
         canary_waiting=canary_waiting,
+        bake=bake,
     )
 
 

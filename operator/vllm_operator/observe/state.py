@@ -43,6 +43,34 @@ class JobState:
 
 
 @dataclass(frozen=True)
+class LiveFigures:
+    """A set of pods' live traffic over a window, as Prometheus recorded it (observe/live.py).
+    None: no sample (no request of the kind in the window)."""
+
+    requests: float  # requests finished (vllm:e2e_request_latency_seconds_count)
+    http_requests: float  # /v1 responses, and of them 5xx
+    http_errors: float
+    ttft_p99: float | None
+    itl_p99: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.http_errors / self.http_requests if self.http_requests else 0.0
+
+
+@dataclass(frozen=True)
+class Bake:
+    """The canary's bake on live traffic (rollout.canary.bake): it joined the Service's
+    endpoints when its EndpointSlice was created (`started`), `elapsed` seconds ago."""
+
+    started: str
+    elapsed: float
+    canary: LiveFigures | None = None
+    stable: LiveFigures | None = None
+    error: str = ""  # why the figures could not be read ("": read)
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one reconcile reads, before it writes anything."""
 
@@ -68,6 +96,8 @@ class Observed:
     canary_pods: tuple[dict[str, Any], ...] | None = None
     canary_problems: tuple[PodProblem, ...] = field(default_factory=tuple)
     canary_waiting: tuple[PodProblem, ...] = field(default_factory=tuple)
+    # the canary's bake on live traffic, while its EndpointSlice exists (None: not baking)
+    bake: Bake | None = None
 
     @property
     def waits_for_room(self) -> bool:

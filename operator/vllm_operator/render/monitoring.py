@@ -23,6 +23,8 @@ from vllm_operator.api import alertnames as names
 from vllm_operator.api.alertnames import AlertName
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import AlertThresholds, Service
+from vllm_operator.render.canary import COMPONENT as CANARY_COMPONENT
+from vllm_operator.render.canary import canary_name
 from vllm_operator.render.meta import labels, metadata, selector_labels
 from vllm_operator.render.service import PORT_NAME
 
@@ -389,14 +391,32 @@ def render_pod_monitor(svc: Service, settings: OperatorSettings) -> dict[str, An
     meta = metadata(svc, component="monitoring")
     meta["labels"] = {**settings.monitoring_labels, **meta["labels"]}
     server = labels(svc)["app.kubernetes.io/component"]
+    instance = selector_labels(svc)["app.kubernetes.io/instance"]
     return {
         "apiVersion": MONITORING_API,
         "kind": "PodMonitor",
         "metadata": meta,
         "spec": {
-            # only the server pods (the benchmark Job's pods have other labels anyway)
+            # the server pods and the canary's (the benchmark Job's pods have other labels):
+            # a canary's series carry service <name>-canary (its instance label), so no rule
+            # and no autoscaler of the service counts it; a bake compares it with the stable
+            # pods, as observe/live.py reads them
             "selector": {
-                "matchLabels": {**selector_labels(svc), "app.kubernetes.io/component": server}
+                "matchLabels": {
+                    "app.kubernetes.io/name": selector_labels(svc)["app.kubernetes.io/name"]
+                },
+                "matchExpressions": [
+                    {
+                        "key": "app.kubernetes.io/instance",
+                        "operator": "In",
+                        "values": [instance, canary_name(svc)],
+                    },
+                    {
+                        "key": "app.kubernetes.io/component",
+                        "operator": "In",
+                        "values": [server, CANARY_COMPONENT],
+                    },
+                ],
             },
             "podMetricsEndpoints": [
                 {

@@ -38,6 +38,8 @@ WATCHED: tuple[tuple[str, str, bool], ...] = (
     ("policy/v1", "PodDisruptionBudget", True),  # drift, deletion
     ("batch/v1", "Job", True),  # a benchmark run started, finished or failed
     ("v1", "ConfigMap", True),  # a benchmark run published its result
+    # a canary's bake (rollout.canary.bake): its EndpointSlice, gone or changed
+    ("discovery.k8s.io/v1", "EndpointSlice", True),
     # read by observe (why a replica is not up) only; the Deployment's own status reports
     # what a reconcile must react to, and pod problems are seen by the next resync
     ("v1", "Pod", False),

@@ -43,7 +43,12 @@ from vllm_operator.write.transport import (
 log = logging.getLogger("vllm_operator")
 
 # Children whose existence depends on the spec; pruned when no longer rendered.
-PRUNABLE = (("autoscaling/v2", "HorizontalPodAutoscaler"), ("policy/v1", "PodDisruptionBudget"))
+PRUNABLE = (
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
+    # a canary's bake: the slice that puts its pod in the Service's endpoints
+    ("discovery.k8s.io/v1", "EndpointSlice"),
+)
 # The Prometheus Operator's kinds: rendered, and pruned, only where its CRDs are served.
 MONITORING_PRUNABLE = (
     ("monitoring.coreos.com/v1", "PrometheusRule"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import RELEASE_HOLD_ANNOTATION, Service
-from vllm_operator.decide.progressive import ABORTED, CANARY, Rollout, status_of
+from vllm_operator.decide.progressive import ABORTED, BAKING, CANARY, Rollout, status_of
 from vllm_operator.observe.state import BenchView, Observed, rolled_out
 from vllm_operator.render.benchmark import REVISION_LABEL
 from vllm_operator.render.deployment import (
@@ -501,6 +501,9 @@ def _canary_conditions(conds: list[Cond], rollout: Rollout) -> list[Cond]:
     """While the canary is measured the rollout is in progress (the serving pods, rolled out
     at the stable revision, say complete); once it is aborted the service is Degraded (a
     rollback of its gates says so already: its reason stays)."""
+    if rollout.phase == BAKING:  # the canary serves beside the stable pods, compared
+        baking = Cond("Progressing", "True", "Baking", rollout.message)
+        return [baking if c.type == "Progressing" else c for c in conds]
     if rollout.phase == CANARY:
         progressing = Cond("Progressing", "True", "Canary", rollout.message)
         if rollout.take_one:

@@ -38,6 +38,7 @@ PLURALS = {
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("v1", "Pod"): "pods",
+    ("discovery.k8s.io/v1", "EndpointSlice"): "endpointslices",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrules",
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
     (API_VERSION, "VLLMService"): PLURAL,

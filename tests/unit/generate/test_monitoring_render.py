@@ -33,7 +33,7 @@ from vllm_operator.runtime import metrics
 SETTINGS = OperatorSettings()
 
 
-def test_pod_monitor_scrapes_the_server_pods_with_the_service_label() -> None:
+def test_pod_monitor_scrapes_the_server_and_canary_pods_with_the_service_label() -> None:
     rule, monitor = render_monitoring(service("tinyllama"), SETTINGS)
     assert rule["kind"] == "PrometheusRule"
     assert monitor == {
@@ -63,11 +63,19 @@ def test_pod_monitor_scrapes_the_server_pods_with_the_service_label() -> None:
         },
         "spec": {
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "vllm",
-                    "app.kubernetes.io/instance": "tinyllama",
-                    "app.kubernetes.io/component": "server",
-                }
+                "matchLabels": {"app.kubernetes.io/name": "vllm"},
+                "matchExpressions": [
+                    {
+                        "key": "app.kubernetes.io/instance",
+                        "operator": "In",
+                        "values": ["tinyllama", "tinyllama-canary"],
+                    },
+                    {
+                        "key": "app.kubernetes.io/component",
+                        "operator": "In",
+                        "values": ["server", "canary"],
+                    },
+                ],
             },
             "podMetricsEndpoints": [
                 {

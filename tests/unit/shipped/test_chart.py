@@ -81,6 +81,7 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
         "workers": 48,
         "watchTimeoutSeconds": 9,
         "scrapeInterval": "30s",
+        "prometheusUrl": "http://prometheus.monitoring.svc:9090",
         "leaseDurationSeconds": 20,
         "renewDeadlineSeconds": 12,
         "retryPeriodSeconds": 3,

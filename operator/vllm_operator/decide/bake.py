@@ -1,0 +1,112 @@
+"""Part of the "decide" step: the verdict of a canary's bake on live traffic
+(rollout.canary.bake), a pure function of the spec's limits and what observe() read.
+
+    judge(limits, bake) -> Verdict
+
+The canary serves beside the stable pods (it joined the Service's endpoints when its
+EndpointSlice was created); Prometheus's figures over that window are compared:
+
+- Failed, as soon as the canary answered `minRequests` and its TTFT p99 or inter-token p99
+  exceeds the stable pods' times the limit, or its 5xx share exceeds theirs by more than
+  `maxErrorRateIncrease` (an abort need not wait for the window's end: the detection time);
+- Passed, at the window's end, when nothing failed;
+- Inconclusive, at the window's end, when the canary answered fewer than `minRequests` (no
+  traffic: nothing to compare; it is promoted and the status says so);
+- None (still baking) before the window's end, or while the figures cannot be read (the
+  status says why; the promote and abort annotations decide by hand meanwhile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_operator.api.spec import BakeSpec
+from vllm_operator.observe.state import Bake, LiveFigures
+
+PASSED, FAILED, INCONCLUSIVE = "Passed", "Failed", "Inconclusive"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str | None  # PASSED, FAILED, INCONCLUSIVE; None: still baking
+    message: str
+
+
+def _ms(seconds: float | None) -> str:
+    return "no sample" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def figures(canary: LiveFigures, stable: LiveFigures | None) -> str:
+    """The figures compared, in words."""
+    s = stable
+    return (
+        f"canary {canary.requests:.0f} requests, TTFT p99 {_ms(canary.ttft_p99)}, inter-token "
+        f"p99 {_ms(canary.itl_p99)}, errors {canary.error_rate:.1%}; stable "
+        + (
+            f"TTFT p99 {_ms(s.ttft_p99)}, inter-token p99 {_ms(s.itl_p99)}, errors "
+            f"{s.error_rate:.1%}"
+            if s is not None
+            else "no figures"
+        )
+    )
+
+
+def _worse(limits: BakeSpec, canary: LiveFigures, stable: LiveFigures) -> list[str]:
+    out = []
+    for name, c, s, ratio in (
+        ("TTFT p99", canary.ttft_p99, stable.ttft_p99, limits.max_ttft_p99_ratio),
+        (
+            "inter-token latency p99",
+            canary.itl_p99,
+            stable.itl_p99,
+            limits.max_inter_token_p99_ratio,
+        ),
+    ):
+        if c is not None and s is not None and c > s * ratio:
+            out.append(f"{name} {_ms(c)} > {ratio:g} x the stable pods' {_ms(s)}")
+    increase = canary.error_rate - stable.error_rate
+    if increase > limits.max_error_rate_increase:
+        out.append(
+            f"5xx share {canary.error_rate:.1%} against the stable pods' "
+            f"{stable.error_rate:.1%} (more than {limits.max_error_rate_increase:.1%} worse)"
+        )
+    return out
+
+
+def judge(limits: BakeSpec, bake: Bake) -> Verdict:
+    left = max(0, int(limits.seconds - bake.elapsed))
+    if bake.error:
+        return Verdict(
+            None,
+            f"baking on live traffic ({bake.elapsed:.0f}/{limits.seconds} s): "
+            f"no figures: {bake.error}",
+        )
+    canary, stable = bake.canary, bake.stable
+    assert canary is not None  # (read together with the error: one of them is set)
+    enough = canary.requests >= limits.min_requests
+    if enough and stable is not None:
+        worse = _worse(limits, canary, stable)
+        if worse:
+            return Verdict(
+                FAILED,
+                f"worse than the stable pods on live traffic after {bake.elapsed:.0f} s: "
+                + "; ".join(worse),
+            )
+    if bake.elapsed < limits.seconds:
+        return Verdict(
+            None,
+            f"baking on live traffic beside the stable pods, {left} s left: "
+            + figures(canary, stable),
+        )
+    if not enough:
+        return Verdict(
+            INCONCLUSIVE,
+            f"the bake's {limits.seconds} s ended with {canary.requests:.0f} requests to the "
+            f"canary (fewer than minRequests {limits.min_requests}): nothing to compare",
+        )
+    return Verdict(
+        PASSED, f"as good as the stable pods over {limits.seconds} s: " + figures(canary, stable)
+    )
+
+
+__all__ = ["FAILED", "INCONCLUSIVE", "PASSED", "Verdict", "figures", "judge"]
