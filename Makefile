@@ -122,6 +122,12 @@ BENCH_OPERATOR_ARGS ?= --controller-qps 200 --controller-workers 50
 bench-operator: venv control-plane ## fleet of 10/100/1,000 services beside 11,000 unrelated objects: Ready p50/p95, CPU, reads, writes per no-op resync, memory
 	$(PY) benchmarks/operator_scale.py $(BENCH_OPERATOR_ARGS)
 
+.PHONY: bench-no-drop
+# e.g. BENCH_NO_DROP_ARGS="--rollouts 10 --scale-ins 10 --clients 4"
+BENCH_NO_DROP_ARGS ?= --rollouts 3 --scale-ins 3
+bench-no-drop: setup ## streaming clients through a 2-replica CPU service over N rollouts and M scale-ins on the real node: failed requests (target 0)
+	$(PY) benchmarks/no_drop.py $(BENCH_NO_DROP_ARGS)
+
 .PHONY: bench-runner
 bench-runner: venv vllm ## the benchmark runner vs upstream `vllm bench serve` on one vLLM server (throughput ratio, client CPU)
 	$(PY) benchmarks/bench_vs_vllm.py --rounds 4

@@ -1,6 +1,6 @@
 """Every query of the rules and the dashboard, evaluated by a real Prometheus (Debian's 2.42,
 started here on a free port) that scrapes vLLM 0.32's real /metrics exposition
-(tests/unit/bench_data/vllm-0.32-metrics.txt, served with its counters growing between
+(tests/unit/bench/bench_data/vllm-0.32-metrics.txt, served with its counters growing between
 scrapes) for two pods of one service, plus the operator's gauges; the generic rules file is
 loaded, so the band metric is recorded by Prometheus itself.
 
@@ -31,7 +31,7 @@ from vllm_operator.generate.monitoring import all_queries
 from vllm_operator.render.monitoring import BAND_METRIC
 
 EXPOSITION = (
-    Path(__file__).resolve().parents[1] / "unit" / "bench_data" / "vllm-0.32-metrics.txt"
+    Path(__file__).resolve().parents[1] / "unit" / "bench" / "bench_data" / "vllm-0.32-metrics.txt"
 ).read_text()
 NS, SVC = "team", "llama"
 GROWING = re.compile(r"^(vllm:[a-z_:]+(?:_bucket|_count|_sum|_total))(\{[^}]*\})? (\S+)$")
@@ -100,7 +100,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_every_rule_and_dashboard_query_returns_data(prometheus: str) -> None:
     exprs = all_queries(NS, SVC, conditions=False)
-    assert len(exprs) == 39  # the band records the queue sum and the pod count too (2 rules)
+    assert len(exprs) == 43  # the band records the queue sum and the pod count too (2 rules)
     empty = without_data(prometheus, exprs)
     assert not empty, f"queries without data: {empty}"
 

@@ -42,6 +42,19 @@ def _q(quantile: float, histogram: str) -> str:
     )
 
 
+# the service's stable pods and its canary's (render/canary.py: instance <name>-canary)
+BOTH = 'namespace="$namespace",service=~"$service|$service-canary"'
+V1 = f'http_requests_total{{{BOTH},handler=~"/v1/.*"}}'
+V1_5XX = f'http_requests_total{{{BOTH},handler=~"/v1/.*",status="5xx"}}'
+
+
+def _by_service(quantile: float, histogram: str) -> str:
+    return (
+        f"histogram_quantile({quantile}, sum by (service, le) "
+        f"(rate({histogram}_bucket{{{BOTH}}}[{RATE}])))"
+    )
+
+
 def _rate(counter: str, by: str = "") -> str:
     group = f" by ({by})" if by else ""
     return f"sum{group} (rate({counter}{{{SEL}}}[{RATE}]))"
@@ -148,6 +161,48 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                         f"{_rate('vllm:prefix_cache_hits_total')} / "
                         f"{_rate('vllm:prefix_cache_queries_total')}",
                         "hit rate (tokens)",
+                    ),
+                ),
+            ),
+        ),
+    ),
+    (
+        "Canary vs stable (rollout.canary: a canary's series carry service <name>-canary)",
+        (
+            Panel(
+                "TTFT p99: canary vs stable",
+                "s",
+                (Query(_by_service(0.99, "vllm:time_to_first_token_seconds"), "{{service}}"),),
+                "While a canary bakes on live traffic (rollout.canary.bake) it is compared with "
+                "the stable pods on this (status.rollout.bake); while it is benchmarked, its "
+                "line is the benchmark's load.",
+            ),
+            Panel(
+                "Inter-token latency p99: canary vs stable",
+                "s",
+                (Query(_by_service(0.99, "vllm:inter_token_latency_seconds"), "{{service}}"),),
+            ),
+            Panel(
+                "5xx share of /v1 responses: canary vs stable",
+                "percentunit",
+                (
+                    # (no 5xx series at all is a share of 0, not a gap in the panel)
+                    Query(
+                        f"(sum by (service) (rate({V1_5XX}[{RATE}])) or "
+                        f"0 * sum by (service) (rate({V1}[{RATE}]))) / "
+                        f"sum by (service) (rate({V1}[{RATE}]))",
+                        "{{service}}",
+                    ),
+                ),
+            ),
+            Panel(
+                "Requests per second: canary vs stable",
+                "reqps",
+                (
+                    Query(
+                        f"sum by (service) (rate(vllm:e2e_request_latency_seconds_count{{{BOTH}}}"
+                        f"[{RATE}]))",
+                        "{{service}}",
                     ),
                 ),
             ),

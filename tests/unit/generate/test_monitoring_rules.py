@@ -102,7 +102,9 @@ def test_rendered_prometheus_rule_passes_promtool_check(
 def test_every_query_is_listed_for_the_live_test() -> None:
     assert len(rule_queries()) == 14
     board = all_queries("ns", "svc")[14:]
-    assert len(board) == 25
+    assert len(board) == 29
+    # the canary-vs-stable row selects the service's stable pods and its canary's
+    assert sum('service=~"svc|svc-canary"' in q for q in board) == 4
     assert any(q.startswith(f'max({BAND_METRIC}{{namespace="ns",service="svc"}})') for q in board)
     assert not any("$" in q for q in board)  # Grafana's variables filled in
 
