@@ -8,6 +8,7 @@ plus a stand-in for the operator's gauges.
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -86,8 +87,15 @@ def test_every_rule_and_dashboard_query_returns_data_from_live_vllm(
             exprs = all_queries(NS, SVC, conditions=False)
             empty = without_data(url, exprs, timeout=60)
             assert not empty, f"queries without data: {empty}"
-            hits = query(
-                url,
-                f'sum(increase(vllm:prefix_cache_hits_total{{service="{SVC}"}}[5m]))',
-            )
-            assert float(hits[0]["value"][1]) > 0  # the shared prefix was served from cache
+            promql = f'sum(increase(vllm:prefix_cache_hits_total{{service="{SVC}"}}[5m]))'
+            hits = float(query(url, promql)[0]["value"][1])
+            if hits == 0:
+                # (a CI run beside the other tier saw none: the concurrent requests all missed
+                # or evicted the prefix; one after another, the second hits it for certain)
+                for _ in range(3):
+                    load(vllm_server, 1)
+                deadline = time.monotonic() + 30
+                while hits == 0 and time.monotonic() < deadline:
+                    time.sleep(1)
+                    hits = float(query(url, promql)[0]["value"][1])
+            assert hits > 0  # the shared prefix was served from cache
