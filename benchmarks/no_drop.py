@@ -22,7 +22,6 @@ import json
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the node tier's fixtures (tests/node/conftest.py), reused
 
 from tests.node.conftest import namespace_with_model, node_cluster, sweep_leftovers  # noqa: E402
-from tests.support import items, ready, sample, wait_for  # noqa: E402
+from tests.support import items, ready, sample, stream_completion, wait_for  # noqa: E402
 
 from vllm_localenv.cluster import LocalCluster  # noqa: E402
 from vllm_localenv.operator_process import OperatorProcess, install  # noqa: E402
@@ -57,24 +56,12 @@ class Clients:
             if failure and len(c["failures"]) < 10:
                 c["failures"].append(failure)
 
-    def _one(self) -> None:
-        body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 16, "stream": True}
-        req = urllib.request.Request(
-            f"{self.url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=120) as r:
-            lines = r.read().decode().splitlines()
-        if "data: [DONE]" not in lines:
-            raise OSError(f"the stream ended without [DONE]: {lines[-3:]}")
-
     def _run(self) -> None:
         while not self.stop.is_set():
             phase = self.phase
             self._count(phase, "sent")
             try:
-                self._one()
+                stream_completion(self.url)
             except (OSError, http.client.HTTPException) as exc:
                 self._count(phase, "failed", f"{time.strftime('%H:%M:%S')} {exc}")
                 time.sleep(0.2)

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -113,3 +114,18 @@ def reconciles_seen(events: list[dict[str, Any]]) -> int:
     return sum(
         1 for e in events if e["verb"] == "get" and e["objectRef"].get("resource") == "deployments"
     )
+
+
+def stream_completion(url: str) -> None:
+    """One streamed completion of the tiny model through `url` (a Service's base URL); raises
+    OSError (or http.client's errors, a cut stream) unless the stream ends with [DONE]."""
+    body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 16, "stream": True}
+    req = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        lines = r.read().decode().splitlines()
+    if "data: [DONE]" not in lines:
+        raise OSError(f"the stream ended without [DONE]: {lines[-3:]}")

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import get, items, ready, sample, wait_for
+from tests.support import get, items, ready, sample, stream_completion, wait_for
 from vllm_localenv.cluster import LocalCluster
 
 pytestmark = pytest.mark.node
@@ -80,23 +80,11 @@ class StreamingClient:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _one(self) -> None:
-        body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 16, "stream": True}
-        req = urllib.request.Request(
-            f"{self.url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=120) as r:
-            lines = r.read().decode().splitlines()
-        if "data: [DONE]" not in lines:
-            raise OSError(f"the stream ended without [DONE]: {lines[-3:]}")
-
     def _run(self) -> None:
         while not self.stop.is_set():
             self.sent += 1
             try:
-                self._one()
+                stream_completion(self.url)
             except (OSError, http.client.HTTPException) as exc:  # (a stream cut: IncompleteRead)
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {exc}")
                 time.sleep(0.2)
