@@ -330,7 +330,7 @@ def _pipeline(
         # the rollout the run waited for reaches the status first (Ready; the run "starting"):
         # a run's ConfigMaps, account, Role and Job take seconds to write when many services
         # roll out at once, and a service that serves must not be reported late for them
-        now = observe(writer, svc, after_writes=True, live=live) if changes else seen
+        now = observe(writer, svc, after_writes=True) if changes else seen
         reported = status_of(now, old_status)
         _write_status(writer, meta, old_status, reported)
     try:
@@ -341,9 +341,7 @@ def _pipeline(
         bench_failed.append(exc)
     # status (pure), from what the writes left (read again only when something was written)
     after = (
-        observe(writer, svc, after_writes=True, live=live)
-        if changes or plan.writes or bench_failed
-        else seen
+        observe(writer, svc, after_writes=True) if changes or plan.writes or bench_failed else seen
     )
     status = status_of(after, reported)
     _write_status(writer, meta, reported, status)

@@ -141,7 +141,13 @@ def observe(
         canary_pods = tuple(reader.list_children("v1", "Pod", svc.namespace, selector))
         canary_problems, canary_waiting = pod_problems(list(canary_pods))
     bake = None
-    if canary is not None and svc.spec.rollout.canary_settings.bake is not None:
+    # (the first look only: the decision reads it; the look after the writes feeds the status,
+    # which reports the bake as decided)
+    if (
+        canary is not None
+        and svc.spec.rollout.canary_settings.bake is not None
+        and not after_writes
+    ):
         bake = _bake(reader, svc, canary_pods or (), live)
     return Observed(
         deployment=deployment,
