@@ -10,14 +10,16 @@ LOCALENV := $(PY) -m vllm_localenv
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+# the operator (.), the benchmark runner (runner/) and the local-cluster harness (localenv/):
+# three distributions, installed side by side in one development environment
+$(VENV)/.installed: pyproject.toml runner/pyproject.toml localenv/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check -q --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]'
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]' -e runner -e localenv
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## the operator's Python environment with the dev tools
+venv: $(VENV)/.installed ## the Python environment: the operator, the runner, the harness, the dev tools
 
 .PHONY: control-plane
 control-plane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok, kubelet, kube-proxy (cached)
@@ -101,8 +103,8 @@ check-generated: generate ## fail when generated files differ from what is commi
 
 .PHONY: lint
 lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift
-	$(VENV)/bin/ruff check operator tests benchmarks
-	$(VENV)/bin/ruff format --check operator tests benchmarks
+	$(VENV)/bin/ruff check operator runner localenv tests benchmarks
+	$(VENV)/bin/ruff format --check operator runner localenv tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

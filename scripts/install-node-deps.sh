@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that the real node, the image builds, the monitoring tier and
 # the chart's tests need, and only those missing. The list is scripts/host-packages.tsv, the
-# same file the real node checks its commands against (operator/vllm_localenv/node.py) and
+# same file the real node checks its commands against (localenv/vllm_localenv/node.py) and
 # scripts/prove-fresh-install.sh proves from an empty Debian root.
 # Idempotent: when every package is installed it only runs dpkg-query (well under a second).
 # Usage: install-node-deps.sh [--list]   (--list prints the package names and installs nothing)

@@ -2,7 +2,7 @@
 # Proves the host install path from nothing: makes an empty Debian bookworm root with
 # debootstrap (python3 only, as the machine image has it), copies the tracked files of this
 # checkout into it, runs scripts/install-node-deps.sh there as CI would, then checks that every
-# command of scripts/host-packages.tsv is present (operator/vllm_localenv/host_packages.py,
+# command of scripts/host-packages.tsv is present (localenv/vllm_localenv/host_packages.py,
 # standard library only) and answers (each package's first command is run with its version flag). A package missing from
 # the list, or a list row whose package does not provide its command, fails here instead of on
 # a user's new machine.
@@ -47,7 +47,7 @@ git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
 cp /etc/resolv.conf "$TARGET/etc/resolv.conf"
 for m in proc sys dev; do mount --bind "/$m" "$TARGET/$m"; done
 
-before=$(chroot "$TARGET" python3 /src/operator/vllm_localenv/host_packages.py 2>&1 || true)
+before=$(chroot "$TARGET" python3 /src/localenv/vllm_localenv/host_packages.py 2>&1 || true)
 echo "$before" | grep -q '^missing: ' || die "the empty root already has every command: it proves nothing ($before)"
 log "before the install: $(echo "$before" | grep -o ', ' | wc -l | awk '{print $1 + 1}') commands missing"
 
@@ -55,7 +55,7 @@ t0=$(date +%s)
 chroot "$TARGET" bash /src/scripts/install-node-deps.sh
 log "install-node-deps.sh in $(( $(date +%s) - t0 ))s"
 
-chroot "$TARGET" python3 /src/operator/vllm_localenv/host_packages.py \
+chroot "$TARGET" python3 /src/localenv/vllm_localenv/host_packages.py \
   || die "install-node-deps.sh left commands missing (above)"
 # each package's first command answers (a binary that is there but cannot run fails here)
 while IFS=$'\t' read -r package _ commands; do

@@ -7,7 +7,7 @@ Two halves:
       sample, the container's command, args, env, the pod's uid/gid and the volume mounts.
   on the GPU host (its Python with vLLM):  rendered_pod.py parse RENDERED.json ANSWER.json
       reads every sample's args with the installed vLLM's own parser
-      (operator/vllm_localenv/parse_vllm_args.py); and
+      (localenv/vllm_localenv/parse_vllm_args.py); and
   rendered_pod.py start RENDERED.json SAMPLE MODEL_DIR OUT.json
       starts that sample's container as rendered: its command, its args (only --model
       replaced by the local directory, mounted read-only at /models/SAMPLE: the host has no
@@ -73,7 +73,7 @@ def render(out: Path) -> None:
 def parse(rendered: Path, answer: Path) -> None:
     samples = json.loads(rendered.read_text())
     request = {"cases": {name: {"args": s["args"]} for name, s in samples.items()}}
-    script = REPO / "operator" / "vllm_localenv" / "parse_vllm_args.py"
+    script = REPO / "localenv" / "vllm_localenv" / "parse_vllm_args.py"
     subprocess.run(
         [sys.executable, str(script), str(answer)],
         input=json.dumps(request),

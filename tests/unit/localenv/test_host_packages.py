@@ -60,7 +60,7 @@ def test_every_command_run_or_looked_up_is_accounted_for() -> None:
     )
     which = re.compile(r"""which\(["']([A-Za-z][A-Za-z0-9_.+-]*)["']""")
     used: dict[str, str] = {}
-    for path in sorted((ROOT / "operator" / "vllm_localenv").glob("*.py")):
+    for path in sorted((ROOT / "localenv" / "vllm_localenv").glob("*.py")):
         for name in runs.findall(path.read_text()):
             used.setdefault(name, str(path.relative_to(ROOT)))
     for path in sorted((ROOT / "tests").rglob("*.py")):

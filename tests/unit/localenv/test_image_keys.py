@@ -19,7 +19,7 @@ IMAGES = ("pause", "operator", "benchmark", "vllm-cpu")
 def repo(tmp_path: Path) -> Path:
     """The parts of the repository the images are built from, in a scratch folder."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for d in ("scripts", "images", "operator"):
+    for d in ("scripts", "images", "operator", "runner", "localenv"):
         shutil.copytree(REPO / d, tmp_path / d, ignore=ignore)
     for f in ("pyproject.toml", "README.md", ".dockerignore"):
         shutil.copy2(REPO / f, tmp_path / f)
@@ -64,8 +64,9 @@ def test_keys_are_stable_and_distinct(repo: Path) -> None:
 def test_inputs_are_what_each_dockerfile_copies(repo: Path) -> None:
     bench = inputs(repo, "benchmark")
     assert "images/benchmark/Dockerfile" in bench
-    assert {"pyproject.toml", "README.md", "operator/vllm_bench/cli.py"} <= set(bench)
-    assert any(f.startswith("operator/vllm_benchjob/") for f in bench)
+    assert {"runner/pyproject.toml", "runner/vllm_bench/cli.py"} <= set(bench)
+    assert "pyproject.toml" not in bench  # the operator's distribution: not this image's
+    assert any(f.startswith("runner/vllm_benchjob/") for f in bench)
     # the benchmark image leaves the operator's code out, so its key ignores it
     assert not any(f.startswith("operator/vllm_operator/") for f in bench)
     assert "operator/vllm_operator/api/spec.py" in inputs(repo, "operator")
@@ -83,7 +84,7 @@ def test_inputs_are_what_each_dockerfile_copies(repo: Path) -> None:
 
 def test_editing_a_copied_file_rebuilds_exactly_the_images_that_copy_it(repo: Path) -> None:
     before = keys(repo)
-    cli = repo / "operator" / "vllm_bench" / "cli.py"
+    cli = repo / "runner" / "vllm_bench" / "cli.py"
     cli.write_text(cli.read_text() + "\n# changed\n")
     # the operator's image holds the operator only (no runner, no harness)
     assert changed(before, keys(repo)) == {"benchmark"}
@@ -94,11 +95,11 @@ def test_editing_a_copied_file_rebuilds_exactly_the_images_that_copy_it(repo: Pa
     assert changed(before, keys(repo)) == {"operator"}
 
     before = keys(repo)
-    (repo / "operator" / "vllm_benchjob" / "new_module.py").write_text("X = 1\n")
+    (repo / "runner" / "vllm_benchjob" / "new_module.py").write_text("X = 1\n")
     assert changed(before, keys(repo)) == {"benchmark"}
 
     before = keys(repo)
-    (repo / "operator" / "vllm_localenv" / "new_module.py").write_text("X = 1\n")
+    (repo / "localenv" / "vllm_localenv" / "new_module.py").write_text("X = 1\n")
     assert changed(before, keys(repo)) == set()  # the harness is in no image
 
 
@@ -121,10 +122,10 @@ def test_versions_and_dockerfiles_count_for_their_own_images(repo: Path) -> None
 
 def test_bytecode_and_timestamps_do_not_count(repo: Path) -> None:
     before = keys(repo)
-    cache = repo / "operator" / "vllm_bench" / "__pycache__"
+    cache = repo / "runner" / "vllm_bench" / "__pycache__"
     cache.mkdir(exist_ok=True)
     (cache / "cli.cpython-311.pyc").write_bytes(b"\0" * 16)
-    os.utime(repo / "operator" / "vllm_bench" / "cli.py", (1, 1))
+    os.utime(repo / "runner" / "vllm_bench" / "cli.py", (1, 1))
     assert keys(repo) == before
 
 

@@ -1,13 +1,15 @@
 """The README's Layout section is true to the tree: it names every top-level folder, every
-package under operator/ and every module (and subpackage) of operator/vllm_operator, and
-nothing that does not exist. The README stays the front door: its quick start is the two
-commands CI and the demo run."""
+package under operator/, runner/ and localenv/ and every module (and subpackage) of
+operator/vllm_operator, and nothing that does not exist. The README stays the front door:
+its quick start is the two commands CI and the demo run."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from vllm_localenv.cluster import REPO_ROOT
 
@@ -82,11 +84,12 @@ def test_the_layout_names_every_top_level_folder() -> None:
     assert named - top_level_folders() == set(), "the Layout names folders the tree lacks"
 
 
-def test_the_layout_names_every_package_under_operator() -> None:
-    named = children(layout_paths(), "operator/")
-    assert named == packages(OPERATOR), (
-        f"missing: {packages(OPERATOR) - named}, not a package: {named - packages(OPERATOR)}"
-    )
+@pytest.mark.parametrize("root", ["operator", "runner", "localenv"])
+def test_the_layout_names_every_package_of_each_distribution(root: str) -> None:
+    named = children(layout_paths(), f"{root}/")
+    found = packages(REPO_ROOT / root)
+    assert found, f"{root}/ holds no package"
+    assert named == found, f"missing: {found - named}, not a package: {named - found}"
 
 
 def test_the_layout_names_every_module_of_the_operator() -> None:

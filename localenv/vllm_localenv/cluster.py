@@ -32,6 +32,9 @@ from vllm_localenv import monitoring, pki
 from vllm_localenv import node as realnode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# how often the local Prometheus scrapes (an operator reading it for a bake is told so:
+# VLLM_OPERATOR_SCRAPE_INTERVAL, the shortest window of its figures)
+PROMETHEUS_SCRAPE_INTERVAL = "2s"
 # outside the clone, so every checkout and CI run on this machine shares one build
 DEFAULT_CACHE = Path(
     os.environ.get("VLLM_OPERATOR_CACHE")
@@ -472,8 +475,8 @@ class LocalCluster:
                 [monitoring.rules_file()],
                 pod_targets_file=d / "pods.json",
                 operator_targets_files=[d / "operator.json", self.host_operator_targets / "*.json"],
-                scrape_interval="2s",
-                evaluation_interval="2s",
+                scrape_interval=PROMETHEUS_SCRAPE_INTERVAL,
+                evaluation_interval=PROMETHEUS_SCRAPE_INTERVAL,
             )
         )
         for name in ("pods.json", "operator.json"):

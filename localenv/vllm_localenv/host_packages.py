@@ -78,7 +78,7 @@ def check(purposes: tuple[str, ...] | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Standard library only, so that it runs on a bare host before anything is installed:
-    `python3 operator/vllm_localenv/host_packages.py [--purpose node]`."""
+    `python3 localenv/vllm_localenv/host_packages.py [--purpose node]`."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--purpose",
