@@ -151,10 +151,10 @@ def test_ready_reaches_the_status_before_the_run_it_starts_is_written(api: FakeA
     statuses: list[dict[str, Any]] = []
     patch = api._patch
 
-    def recording(path: str, body: object, content_type: str) -> dict[str, Any]:
+    def recording(path: str, body: object, content_type: str, manager: str = "") -> dict[str, Any]:
         if path == SVC_PATH + "/status":
             statuses.append(copy.deepcopy(body[0]["value"]))  # type: ignore[index]
-        return patch(path, body, content_type)
+        return patch(path, body, content_type, manager)
 
     api._patch = recording  # type: ignore[method-assign]
     out = run(api)

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.chart_support import argocd_health
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi, publish, rolled_out
+from tests.unit.fake_api import FakeApi, applied, publish, rolled_out, template_revision
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Service
@@ -68,12 +68,13 @@ def annotate(api: FakeApi, key: str, value: str) -> Outcome:
 
 
 def serving_revision(api: FakeApi) -> str:
-    return revision(api.objects[DEP]["spec"]["template"])
+    return template_revision(api.objects[DEP])
 
 
 def canary_revision(api: FakeApi) -> str:
-    """The revision the canary's pod template is of (its selector labels put back)."""
-    template = copy.deepcopy(api.objects[CANARY]["spec"]["template"])
+    """The revision the canary's pod template is of (its selector labels put back), as the
+    operator applied it."""
+    template = applied(api, CANARY)["spec"]["template"]
     template["metadata"]["labels"]["app.kubernetes.io/instance"] = "minimal"
     template["metadata"]["labels"]["app.kubernetes.io/component"] = "server"
     return revision(template)

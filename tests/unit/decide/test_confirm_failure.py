@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi, rolled_out
+from tests.unit.fake_api import FakeApi, rolled_out, template_revision
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
@@ -85,8 +85,7 @@ def first_run_failed() -> tuple[FakeApi, list[Outcome]]:
 
 def test_a_first_failed_run_is_confirmed_before_anything_is_rolled_back() -> None:
     api, (outcome, again) = first_run_failed()
-    template = api.objects[DEP]["spec"]["template"]
-    assert revision(template) == NEW_REV  # not rolled back
+    assert template_revision(api.objects[DEP]) == NEW_REV  # not rolled back
     assert _path("batch/v1", "Job", "ns", SECOND) in api.objects  # the confirmation runs
     done, passed = cond(api, "BenchmarkComplete"), cond(api, "BenchmarkPassed")
     assert (done["status"], done["reason"]) == ("False", "ConfirmingFailure")
@@ -108,7 +107,7 @@ def test_a_passing_confirmation_keeps_the_revision() -> None:
     reconciled(api)
     outcome = reconciled(api)
     assert outcome.rolled_back_to is None
-    assert revision(api.objects[DEP]["spec"]["template"]) == NEW_REV
+    assert template_revision(api.objects[DEP]) == NEW_REV
     assert cond(api, "BenchmarkPassed")["status"] == "True"
     assert (cond(api, "BenchmarkComplete")["status"], cond(api, "Degraded")["status"]) == (
         "True",
@@ -126,7 +125,7 @@ def test_a_failing_confirmation_rolls_back() -> None:
     publish(api, SECOND, 12)
     outcome = reconciled(api)
     assert outcome.rolled_back_to == GOOD_REV
-    assert revision(api.objects[DEP]["spec"]["template"]) == GOOD_REV
+    assert template_revision(api.objects[DEP]) == GOOD_REV
     degraded = cond(api, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "BenchmarkRollback")
     assert degraded["message"].startswith(

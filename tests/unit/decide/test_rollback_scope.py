@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi
+from tests.unit.fake_api import FakeApi, template_revision
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
@@ -76,7 +76,7 @@ def test_scaling_during_a_rollback_takes_effect_and_only_the_template_is_restore
     api, a_rev = rolled_back({"replicas": 3})
     dep = api.objects[_path("apps/v1", "Deployment", "ns", "minimal")]
     assert dep["spec"]["replicas"] == 3  # the current spec's, not A's 1
-    assert revision(dep["spec"]["template"]) == a_rev  # A's pod template
+    assert template_revision(dep) == a_rev  # A's pod template
     # replicas 3: the current spec's PDB exists (A's spec, with 1 replica, has none)
     assert _path("policy/v1", "PodDisruptionBudget", "ns", "minimal") in api.objects
     assert api.objects[PATH]["status"]["revision"] == a_rev

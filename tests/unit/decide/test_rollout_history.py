@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi, publish, rolled_out
+from tests.unit.fake_api import FakeApi, publish, rolled_out, template_revision
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
@@ -106,11 +106,11 @@ def test_a_confirmed_failure_restores_what_served_before_not_the_newest_passing_
     publish(api, second, 12)
     outcome = reconciled(api)
     assert outcome.rolled_back_to == rev(8)
-    assert revision(api.objects[DEP]["spec"]["template"]) == rev(8)
+    assert template_revision(api.objects[DEP]) == rev(8)
     degraded = next(c for c in api.objects[PATH]["status"]["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "BenchmarkRollback")
     assert f"rolled back to revision {rev(8)}" in degraded["message"]
     # and it stays so on the next reconciles (the rolled-back Deployment names C before it)
     rolled_out(api)
     assert reconciled(api).rolled_back_to == rev(8)
-    assert revision(api.objects[DEP]["spec"]["template"]) == rev(8)
+    assert template_revision(api.objects[DEP]) == rev(8)

@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from tests.unit.builders import body
-from tests.unit.fake_api import FakeApi, publish, rolled_out
+from tests.unit.fake_api import FakeApi, publish, rolled_out, template_revision
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import RERUN_ANNOTATION, Service
@@ -82,7 +82,7 @@ def rolled_back_to_a() -> FakeApi:
     assert reconciled(api).rolled_back_to == rev(16)
     rolled_out(api)
     assert reconciled(api).changes == ()
-    assert revision(api.objects[DEP]["spec"]["template"]) == rev(16)
+    assert template_revision(api.objects[DEP]) == rev(16)
     return api
 
 
@@ -95,7 +95,7 @@ def test_the_operators_new_rendering_keeps_the_rollback_in_force_and_says_so() -
     outcome = reconciled(api, AFTER)
     # still rolled back to A: its recorded spec as this operator renders it
     assert outcome.rolled_back_to == a
-    assert revision(api.objects[DEP]["spec"]["template"]) == a_now
+    assert template_revision(api.objects[DEP]) == a_now
     assert api.objects[DEP]["spec"]["template"]["spec"]["containers"][0]["image"] == (
         "vllm/vllm-openai:v0.33.0"
     )
@@ -136,7 +136,7 @@ def test_the_operators_new_rendering_keeps_the_rollback_in_force_and_says_so() -
     again = reconciled(api, AFTER)
     assert (again.rolled_back_to, again.changes, again.events) == (a, (), ())
     assert jobs(api) == before_jobs
-    assert revision(api.objects[DEP]["spec"]["template"]) == a_now
+    assert template_revision(api.objects[DEP]) == a_now
 
 
 def test_the_rerun_annotation_ends_it_and_measures_the_spec_as_rendered_now() -> None:
@@ -146,7 +146,7 @@ def test_the_rerun_annotation_ends_it_and_measures_the_spec_as_rendered_now() ->
     api.objects[PATH]["metadata"]["annotations"] = {RERUN_ANNOTATION: "after-upgrade"}
     assert reconciled(api, AFTER).rolled_back_to is None
     b_now = rev(8, AFTER)
-    assert revision(api.objects[DEP]["spec"]["template"]) == b_now
+    assert template_revision(api.objects[DEP]) == b_now
     rolled_out(api)
     reconciled(api, AFTER)
     named = svc(8).model_copy(update={"rerun": "after-upgrade"})
@@ -172,7 +172,7 @@ def test_a_target_recorded_by_the_earlier_rendering_is_restored_as_rendered_now(
     publish(api, run_name(confirming(c), c_rev), 12)
     outcome = reconciled(api, AFTER)
     assert outcome.rolled_back_to == rev(16)
-    assert revision(api.objects[DEP]["spec"]["template"]) == rev(16, AFTER)
+    assert template_revision(api.objects[DEP]) == rev(16, AFTER)
     status = api.objects[PATH]["status"]
     assert (status["revision"], status["benchmark"]["restoredAs"]) == (
         rev(16, AFTER),

@@ -208,7 +208,10 @@ def test_an_omitted_field_is_not_drift() -> None:
     with_key = render_deployment(service("minimal", {"apiKey": {"name": "api"}}), SETTINGS)
     without_key = rendered()
     assert covers(without_key, with_key)
-    no_drain = render_deployment(service("minimal", {"drainSeconds": 0}), SETTINGS)
+    # (the same shutdown timeout: the args stay; only the preStop pause is left out)
+    no_drain = render_deployment(
+        service("minimal", {"drainSeconds": 0, "shutdownTimeoutSeconds": 105}), SETTINGS
+    )
     assert covers(no_drain, without_key)
 
 

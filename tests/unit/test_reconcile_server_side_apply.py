@@ -1,0 +1,125 @@
+"""reconcile() against the fake's server-side apply (tests/unit/fake_api.py: field ownership,
+omitempty, defaulting), where the operator's own logic depends on what the API server does
+with its applies: what it drops or adds is not drift, what another client owns stays, and what
+the operator stops setting goes. (The same cases against the real control plane:
+tests/integration.)"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.unit.builders import body
+from tests.unit.fake_api import FakeApi, applied
+from vllm_operator import API_VERSION
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.reconcile import reconcile
+from vllm_operator.write.apply import _path
+
+SETTINGS = OperatorSettings()
+SVC = _path(API_VERSION, "VLLMService", "ns", "minimal")
+DEP = _path("apps/v1", "Deployment", "ns", "minimal")
+HPA_MANAGER = "kube-controller-manager"  # the HPA controller's scale updates
+
+
+def settled(spec: dict[str, Any]) -> FakeApi:
+    """A service reconciled until its resync writes nothing (the first passes create the
+    children and write the status)."""
+    api = FakeApi(SETTINGS)
+    api.put(SVC, body("minimal", spec))
+    for _ in range(3):
+        reconcile(copy.deepcopy(api.objects[SVC]), api, SETTINGS)
+    return api
+
+
+def writes_of_a_resync(api: FakeApi) -> list[tuple[str, str]]:
+    before = len(api.requests)
+    reconcile(copy.deepcopy(api.objects[SVC]), api, SETTINGS)
+    return [r for r in api.requests[before:] if r[0] != "GET"]
+
+
+def container(api: FakeApi) -> dict[str, Any]:
+    return dict(api.objects[DEP]["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_empty_values_the_api_server_drops_are_not_drift() -> None:
+    api = settled(
+        {
+            "env": [{"name": "EMPTY", "value": ""}, {"name": "SET", "value": "1"}],
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "", "effect": "NoSchedule"}
+            ],
+        }
+    )
+    # stored as the API server stores them: without the empty values (the fake dropped them),
+    # and with its defaults
+    env = container(api)["env"]
+    assert {"name": "EMPTY"} in env, env
+    (toleration,) = [
+        t
+        for t in api.objects[DEP]["spec"]["template"]["spec"]["tolerations"]
+        if t.get("key") == "dedicated"
+    ]
+    assert "value" not in toleration
+    assert container(api)["terminationMessagePath"] == "/dev/termination-log"
+    # a resync sees no drift: no apply, no event
+    assert writes_of_a_resync(api) == []
+    # positive control: a real change is written
+    spec = api.objects[SVC]["spec"]
+    spec["env"][1]["value"] = "2"
+    writes = writes_of_a_resync(api)
+    assert ("PATCH", DEP) in writes, writes
+    assert {"name": "SET", "value": "2"} in container(api)["env"]
+
+
+def test_what_another_client_set_stays_and_what_the_operator_stops_setting_goes() -> None:
+    api = settled({"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]})
+    # `kubectl rollout restart` (an update of its own: a template annotation) and a label a
+    # person added
+    api.update_by(
+        "kubectl-rollout",
+        DEP,
+        {
+            "metadata": {"labels": {"team": "ml"}},
+            "spec": {
+                "template": {
+                    "metadata": {
+                        "annotations": {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}
+                    }
+                }
+            },
+        },
+    )
+    managers = {e["manager"] for e in api.objects[DEP]["metadata"]["managedFields"]}
+    assert managers == {"vllm-operator", "kubectl-rollout"}
+    # the operator stops setting B: its next apply drops B and keeps what kubectl set
+    api.objects[SVC]["spec"]["env"] = [{"name": "A", "value": "1"}]
+    assert ("PATCH", DEP) in writes_of_a_resync(api)
+    dep = api.objects[DEP]
+    names = [e["name"] for e in container(api)["env"]]
+    assert "A" in names, names
+    assert "B" not in names, names
+    assert dep["metadata"]["labels"]["team"] == "ml"
+    restarted = dep["spec"]["template"]["metadata"]["annotations"]
+    assert restarted["kubectl.kubernetes.io/restartedAt"] == "2030-01-01T00:00:00Z"
+    assert "B" not in [
+        e["name"] for e in applied(api, DEP)["spec"]["template"]["spec"]["containers"][0]["env"]
+    ]
+
+
+def test_the_autoscalers_count_is_left_to_it_once_it_owns_spec_replicas() -> None:
+    api = settled({"autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 4}})
+    assert "replicas" in applied(api, DEP)["spec"]  # before the HPA's first scale: the operator's
+    api.update_by(HPA_MANAGER, DEP, {"spec": {"replicas": 3}})
+    api.objects[SVC]["spec"]["env"] = [{"name": "A", "value": "1"}]  # (a change: it applies)
+    assert ("PATCH", DEP) in writes_of_a_resync(api)
+    assert api.objects[DEP]["spec"]["replicas"] == 3
+    # the operator handed the field over (its apply leaves it out), so no apply of its can put
+    # back a count it read before the autoscaler's next change
+    assert "replicas" not in applied(api, DEP)["spec"]
+    owners = [
+        e["manager"]
+        for e in api.objects[DEP]["metadata"]["managedFields"]
+        if "f:replicas" in e["fieldsV1"].get("f:spec", {})
+    ]
+    assert HPA_MANAGER in owners, owners
