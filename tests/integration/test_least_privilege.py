@@ -280,6 +280,51 @@ def check_admission_policies(cluster: LocalCluster, kubeconfig: Path, namespace:
     res = as_account(cluster, kubeconfig, role)
     assert res.returncode != 0
     assert "ValidatingAdmissionPolicy" in res.stderr, res.stderr
+    # EndpointSlices (a bake's): only a service's own canary pod, in one slice of its name
+    endpoint = {
+        "addresses": ["10.0.0.7"],
+        "targetRef": {"kind": "Pod", "namespace": namespace, "name": "web-canary-5d9c-x1"},
+    }
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "web-canary-bake",
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": "web",
+                "endpointslice.kubernetes.io/managed-by": "vllm-operator.serving.vllm-operator.dev",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}],
+        "endpoints": [endpoint],
+    }
+    ok = as_account(cluster, kubeconfig, slice_)
+    assert ok.returncode == 0, ok.stderr  # the control: what a bake writes passes
+    other_pod = {**endpoint, "targetRef": {**endpoint["targetRef"], "name": "database-0"}}
+    slice_variants: dict[str, dict[str, Any]] = {
+        "another name": {"metadata": {**slice_["metadata"], "name": "web-extra"}},
+        "another service": {
+            "metadata": {
+                **slice_["metadata"],
+                "labels": {**slice_["metadata"]["labels"], "kubernetes.io/service-name": "db"},
+            }
+        },
+        "not the operator's manager": {
+            "metadata": {
+                **slice_["metadata"],
+                "labels": {"kubernetes.io/service-name": "web"},
+            }
+        },
+        "a pod that is not the canary's": {"endpoints": [other_pod]},
+        "no pod at all": {"endpoints": [{"addresses": ["192.0.2.1"]}]},
+        "two endpoints": {"endpoints": [endpoint, endpoint]},
+    }
+    for what, change in slice_variants.items():
+        res = as_account(cluster, kubeconfig, {**slice_, **change})
+        assert res.returncode != 0, what
+        assert "ValidatingAdmissionPolicy" in res.stderr, f"{what}: {res.stderr}"
 
 
 def benchmark_state(cluster: LocalCluster, namespace: str, name: str) -> str:
