@@ -116,10 +116,17 @@ def reconciles_seen(events: list[dict[str, Any]]) -> int:
     )
 
 
-def stream_completion(url: str) -> None:
+def stream_completion(url: str, max_tokens: int = 16) -> None:
     """One streamed completion of the tiny model through `url` (a Service's base URL); raises
     OSError (or http.client's errors, a cut stream) unless the stream ends with [DONE]."""
-    body = {"model": "tiny", "prompt": "Hello there", "max_tokens": 16, "stream": True}
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "prompt": "Hello there",
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    if max_tokens != 16:  # (a longer request: every token of it, whatever the model samples)
+        body["ignore_eos"] = True
     req = urllib.request.Request(
         f"{url}/v1/completions",
         data=json.dumps(body).encode(),

@@ -4,7 +4,7 @@ The server arguments rendered for every sample in crds/samples/ and for represen
 (speculative decoding, quantization, tensor parallelism, extraArgs, CPU serving, every value of
 the spec's enums) are parsed exactly as `python -m vllm.entrypoints.openai.api_server` parses
 them, by the vLLM the project pins (scripts/versions.env), in its own environment
-(operator/vllm_localenv/parse_vllm_args.py). A flag vLLM removed or never had fails here, not
+(localenv/vllm_localenv/parse_vllm_args.py). A flag vLLM removed or never had fails here, not
 in a pod. Parsing is not everything vLLM checks: a --max-model-len longer than the model's
 context, or a block size the CPU attention backend cannot use, only fail once vLLM reads the
 model's config or starts its workers. The first is checked here too, on the tiny test model
@@ -44,7 +44,7 @@ from vllm_operator.render.deployment import server_args
 
 pytestmark = pytest.mark.vllm
 
-PARSER_SCRIPT = Path(__file__).resolve().parents[2] / "operator/vllm_localenv/parse_vllm_args.py"
+PARSER_SCRIPT = Path(__file__).resolve().parents[2] / "localenv/vllm_localenv/parse_vllm_args.py"
 SAMPLE_NAMES = sorted(p.stem for p in SAMPLES.glob("*.yaml"))
 TINY_MODEL_PLACEHOLDER = "@TINY_MODEL@"
 

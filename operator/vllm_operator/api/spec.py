@@ -44,6 +44,7 @@ OWNED_ARGS: tuple[str, ...] = (
     "--enable-prefix-caching",
     "--no-enable-prefix-caching",
     "--speculative-config",
+    "--shutdown-timeout",
     "--api-key",
     "--download-dir",
     "-tp",  # vLLM's short forms of --tensor-parallel-size, --quantization, --speculative-config
@@ -591,14 +592,16 @@ class BakeSpec(_Model):
         ge=1,
         le=100,
         description="Abort when the canary's time-to-first-token p99 exceeds the stable pods' "
-        "times this.",
+        "times this, at the histogram's resolution (the bucket holding the canary's p99 lies "
+        "wholly above the limit).",
     )
     max_inter_token_p99_ratio: float = Field(
         default=1.5,
         ge=1,
         le=100,
         description="Abort when the canary's inter-token latency p99 exceeds the stable pods' "
-        "times this.",
+        "times this, at the histogram's resolution (the bucket holding the canary's p99 lies "
+        "wholly above the limit).",
     )
     max_error_rate_increase: float = Field(
         default=0.01,
@@ -918,6 +921,13 @@ class VLLMServiceSpec(_Model):
                     "terminationGracePeriodSeconds",
                     ".drainSeconds",
                 ),
+                cel(
+                    "!has(self.shutdownTimeoutSeconds) || self.drainSeconds + "
+                    "self.shutdownTimeoutSeconds <= self.terminationGracePeriodSeconds",
+                    "drainSeconds + shutdownTimeoutSeconds must not exceed "
+                    "terminationGracePeriodSeconds (the kubelet kills the pod then)",
+                    ".shutdownTimeoutSeconds",
+                ),
             ]
         }
     )
@@ -978,13 +988,26 @@ class VLLMServiceSpec(_Model):
         default=120,
         ge=0,
         le=3600,
-        description="Time for in-flight requests to finish after the pod is told to stop.",
+        description="Time for in-flight requests to finish after the pod is told to stop "
+        "(the preStop pause, then vLLM's drain: shutdownTimeoutSeconds).",
     )
     drain_seconds: int = Field(
         default=10,
         ge=0,
         le=600,
         description="preStop pause so load balancers stop routing before vLLM shuts down.",
+    )
+    shutdown_timeout_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="How long vLLM lets requests in flight finish after it is told to stop, "
+        "refusing new ones (vLLM's --shutdown-timeout, vLLM 0.18 and later; left out for an "
+        "image whose tag names an older vLLM). Default: "
+        "terminationGracePeriodSeconds - drainSeconds - 5 (105 s with the defaults), so a "
+        "stream in flight when a rollout or a scale-in stops its pod ends normally. 0: the "
+        "flag is not passed and vLLM aborts requests in flight at once (its own default; for "
+        "images older than the flag).",
     )
     autoscaling: AutoscalingSpec = Field(
         default_factory=AutoscalingSpec, description="Queue-depth autoscaling."
@@ -1048,6 +1071,15 @@ class VLLMServiceSpec(_Model):
             raise ValueError(
                 "drainSeconds (the preStop pause) must not exceed terminationGracePeriodSeconds"
             )
+        if (
+            self.shutdown_timeout_seconds is not None
+            and self.drain_seconds + self.shutdown_timeout_seconds
+            > self.termination_grace_period_seconds
+        ):
+            raise ValueError(
+                "drainSeconds + shutdownTimeoutSeconds must not exceed "
+                "terminationGracePeriodSeconds (the kubelet kills the pod then)"
+            )
         names = [e.name for e in self.env]
         if len(set(names)) != len(names):
             raise ValueError(
@@ -1064,6 +1096,14 @@ class VLLMServiceSpec(_Model):
     @property
     def served_model_name(self) -> str:
         return self.model.served_model_name or self.model.reference
+
+    @property
+    def shutdown_timeout(self) -> int:
+        """vLLM's --shutdown-timeout (0: not passed): the spec's, or what the grace period
+        leaves after the preStop pause, less 5 s for the process to exit."""
+        if self.shutdown_timeout_seconds is not None:
+            return self.shutdown_timeout_seconds
+        return max(0, self.termination_grace_period_seconds - self.drain_seconds - 5)
 
     @property
     def kv_cache_bytes(self) -> int | None:

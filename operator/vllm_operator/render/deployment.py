@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from vllm_operator import GROUP
@@ -49,8 +50,22 @@ HOME_ENV: tuple[tuple[str, str], ...] = (
 )
 
 
-def server_args(spec: VLLMServiceSpec) -> list[str]:
+# vLLM's --shutdown-timeout (drain requests in flight on SIGTERM) exists from 0.18.0 on
+SHUTDOWN_TIMEOUT_SINCE = (0, 18)
+_VERSION_TAG = re.compile(r":v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-][\w.+-]*)?$")
+
+
+def image_vllm_version(image_ref: str) -> tuple[int, int] | None:
+    """(major, minor) of vLLM as an image's tag spells it (`vllm/vllm-openai:v0.10.1`,
+    `...:0.32.0-cpu`); None: the tag says no version (`latest`, a digest, a custom tag)."""
+    ref = image_ref.split("@", 1)[0]
+    m = _VERSION_TAG.search(ref.rsplit("/", 1)[-1])
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def server_args(spec: VLLMServiceSpec, image_ref: str | None = None) -> list[str]:
     """vLLM server arguments, in a fixed order so the pod template hash is stable.
+    `image_ref`: the image they are for (a flag newer than the vLLM its tag names is left out).
 
     tests/vllm/test_server_args.py parses them with the pinned vLLM's own argument parser.
     """
@@ -94,6 +109,11 @@ def server_args(spec: VLLMServiceSpec) -> list[str]:
         args.append("--enforce-eager")
     if e.log_requests:
         args.append("--enable-log-requests")
+    # requests in flight finish when the pod is told to stop (after the preStop pause the
+    # endpoints are gone: no new ones arrive); an image older than the flag aborts them
+    version = image_vllm_version(image_ref) if image_ref else None
+    if spec.shutdown_timeout > 0 and (version is None or version >= SHUTDOWN_TIMEOUT_SINCE):
+        args += ["--shutdown-timeout", str(spec.shutdown_timeout)]
     return args + list(e.extra_args)
 
 
@@ -301,7 +321,7 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
         "imagePullPolicy": spec.image_pull_policy,
         # the module, not the `vllm` console script: works in every vllm-openai image
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-        "args": server_args(spec),
+        "args": server_args(spec, image(spec, settings)),
         # a server that exits at start (an engine argument vLLM refuses) leaves the end of its
         # log as the termination message: the status quotes it (observed.pod_problems)
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -152,6 +152,8 @@ MINIMAL_DEPLOYMENT: dict[str, Any] = {
                             "--dtype",
                             "auto",
                             "--enable-prefix-caching",
+                            "--shutdown-timeout",
+                            "105",
                         ],
                         "terminationMessagePolicy": "FallbackToLogsOnError",
                         "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
@@ -298,6 +300,8 @@ def test_tinyllama_args() -> None:
         "16",
         "--max-num-seqs",
         "256",
+        "--shutdown-timeout",
+        "105",
     ]
 
 
@@ -615,6 +619,8 @@ def test_optional_engine_args_in_fixed_order_and_extra_args_last() -> None:
         '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4}',
         "--enforce-eager",
         "--enable-log-requests",
+        "--shutdown-timeout",
+        "105",
         "--seed=1",
         "--disable-log-stats",
     ]
@@ -702,6 +708,30 @@ def test_other_user_tolerations_keep_the_default() -> None:
         spot,
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     ]
+
+
+def _shutdown_timeout(spec: dict[str, Any]) -> str | None:
+    args = container(render_deployment(service("minimal", spec), SETTINGS))["args"]
+    return args[args.index("--shutdown-timeout") + 1] if "--shutdown-timeout" in args else None
+
+
+def test_vllm_lets_requests_in_flight_finish_within_the_grace_period() -> None:
+    # the default: what the grace period leaves after the preStop pause, less 5 s to exit
+    assert _shutdown_timeout({}) == "105"
+    assert _shutdown_timeout({"terminationGracePeriodSeconds": 600, "drainSeconds": 15}) == "580"
+    assert _shutdown_timeout({"shutdownTimeoutSeconds": 30}) == "30"
+    # 0: vLLM's own default (abort at once), the flag left out (images older than it)
+    assert _shutdown_timeout({"shutdownTimeoutSeconds": 0}) is None
+    assert _shutdown_timeout({"terminationGracePeriodSeconds": 12, "drainSeconds": 10}) is None
+    # an image whose tag names a vLLM older than the flag (0.18): left out; unknown tags get it
+    assert _shutdown_timeout({"image": "vllm/vllm-openai:v0.10.1"}) is None
+    assert _shutdown_timeout({"image": "registry.local/vllm-cpu:0.17.1-avx512"}) is None
+    assert _shutdown_timeout({"image": "vllm/vllm-openai:v0.18.0"}) == "105"
+    assert _shutdown_timeout({"image": "vllm/vllm-openai:latest"}) == "105"
+    assert _shutdown_timeout({"image": "localhost:5000/vllm@sha256:" + "a" * 64}) == "105"
+    # the operator owns the flag: engine.extraArgs may not set it (the spec field does)
+    with pytest.raises(ValidationError, match="shutdown-timeout"):
+        service("minimal", {"engine": {"extraArgs": ["--shutdown-timeout=7"]}})
 
 
 def test_drain_seconds_zero_has_no_pre_stop() -> None:
@@ -955,6 +985,8 @@ def test_tiny_cpu_container_exactly() -> None:
         "--kv-cache-memory-bytes",
         str(2**30),
         "--enforce-eager",
+        "--shutdown-timeout",
+        "105",
     ]
     assert c["env"] == [
         *HOME_ENV,
