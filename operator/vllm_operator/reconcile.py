@@ -260,7 +260,8 @@ def _pipeline(
     svc: Service, old_status: dict[str, Any], writer: Writer, settings: OperatorSettings
 ) -> Outcome:
     # observe (read-only): the children, the pods, the benchmark history and its Jobs
-    live = live_reader(settings.prometheus_url)  # a canary's bake reads Prometheus
+    # a canary's bake reads Prometheus
+    live = live_reader(settings.prometheus_url, settings.scrape_interval)
     seen = observe(writer, svc, live=live)
     if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the

@@ -20,7 +20,13 @@ from dataclasses import asdict
 import pytest
 
 from vllm_localenv import model_volume
-from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster, Ports
+from vllm_localenv.cluster import (
+    PROMETHEUS_SCRAPE_INTERVAL,
+    REPO_ROOT,
+    ClusterError,
+    LocalCluster,
+    Ports,
+)
 from vllm_localenv.operator_process import OperatorProcess, install
 
 NODE_STATE_DIR = REPO_ROOT / ".state" / "node-cluster"
@@ -102,6 +108,7 @@ def host_operator(
             "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
             # a canary's bake reads the node cluster's Prometheus (rollout.canary.bake)
             "VLLM_OPERATOR_PROMETHEUS_URL": real_cluster.prometheus_url,
+            "VLLM_OPERATOR_SCRAPE_INTERVAL": PROMETHEUS_SCRAPE_INTERVAL,
         },
     )
     op.start()

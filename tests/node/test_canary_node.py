@@ -2,12 +2,19 @@
 nothing simulated: a one-replica CPU vLLM service serves a client that streams through the
 Service the whole time.
 
-1. A revision made slower on purpose (maxNumSeqs 1) whose gate it cannot meet starts as one
+1. A revision made slower on purpose (maxNumSeqs 2) whose gate it cannot meet starts as one
    canary pod outside the Service, is measured twice on that pod alone and is stopped there
    (Aborted): the serving pod is the same pod throughout, the canary's IP never appears in the
    Service's EndpointSlices, and the canary's own request counter holds no more requests than
    the two benchmark runs sent it (its client requests: 0).
-2. A good revision (rollout.canary.bake) passes its benchmark on its canary, then bakes: the
+2. A revision slower only under live load (maxNumSeqs 1: one request at a time; the benchmark's
+   streaming run sends one at a time too, so it passes its gate) bakes on live traffic: the
+   canary's pod joins the Service's endpoints, four more clients stream longer requests
+   through the Service at once, the canary queues them, its live TTFT p99 (read from
+   Prometheus) exceeds the stable pod's beyond the service's limit and the bake aborts it:
+   the canary leaves the endpoints, the stable pod never stopped, and no client request
+   failed. The detection time (the canary's IP among the endpoints -> Aborted) is printed.
+3. A good revision (rollout.canary.bake) passes its benchmark on its canary, then bakes: the
    canary's pod joins the Service's endpoints beside the stable pod (the operator's
    EndpointSlice), the client's requests reach it, its live TTFT, inter-token latency and
    error rate are read from the node cluster's Prometheus and compared with the stable pod's
@@ -50,6 +57,17 @@ BENCH = {
 
 # the good revision's bake: a minute of live traffic; limits far from what two equal CPU pods
 # measure (the figures are the point here, an abort is the unit tests')
+# the slow revision's bake: a long window (the abort comes when the figures say so, not at its
+# end); TTFT only, 3 x the stable pod's (a CPU pod's p99 on a few requests is noisy: the
+# queueing canary's is several times the stable one's)
+SLOW_BAKE = {
+    "seconds": 900,
+    "minRequests": 5,
+    "maxTtftP99Ratio": 3,
+    "maxInterTokenP99Ratio": 100,
+    "maxErrorRateIncrease": 1,
+}
+LOAD_CLIENTS, LOAD_TOKENS = 4, 48
 BAKE = {
     "seconds": 60,
     "minRequests": 5,
@@ -73,8 +91,8 @@ class StreamingClient:
     """Streaming completions through the Service, one after another, until stopped; every
     request that did not end with the stream's [DONE] is a failure."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, max_tokens: int = 16) -> None:
+        self.url, self.max_tokens = url, max_tokens
         self.sent = self.ok = 0
         self.failures: list[str] = []
         self.stop = threading.Event()
@@ -84,7 +102,7 @@ class StreamingClient:
         while not self.stop.is_set():
             self.sent += 1
             try:
-                stream_completion(self.url)
+                stream_completion(self.url, self.max_tokens)
             except (OSError, http.client.HTTPException) as exc:  # (a stream cut: IncompleteRead)
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {exc}")
                 time.sleep(0.2)
@@ -109,14 +127,24 @@ class Watcher:
         self.endpoints: set[str] = set()
         self.canary_ips: set[str] = set()
         self.canary_requests: dict[str, float] = {}
+        self.current: set[str] = set()  # the endpoints' addresses at the last look
+        self.joined: dict[str, float] = {}  # address -> when first among the endpoints
+        self.left: dict[str, float] = {}  # address -> when no longer among them
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _look(self) -> None:
         slices = items(self.lc, self.ns, "endpointslices", f"kubernetes.io/service-name={NAME}")
+        now, current = time.monotonic(), set[str]()
         for s in slices:
             for e in s.get("endpoints") or []:
-                self.endpoints.update(e.get("addresses") or [])
+                current.update(e.get("addresses") or [])
+        for ip in current - self.current:
+            self.joined.setdefault(ip, now)
+        for ip in self.current - current:
+            self.left[ip] = now
+        self.current = current
+        self.endpoints.update(current)
         for pod in items(self.lc, self.ns, "pods", CANARY):
             ip = pod.get("status", {}).get("podIP")
             if not ip:
@@ -173,8 +201,8 @@ def _own_requests(lc: LocalCluster, ns: str, run: str) -> int:
     return int(result["liveLoad"]["ownRequests"]) + int(result["environment"]["warmup"]["requests"])
 
 
-# four CPU vLLM starts (the serving pod, two canaries, the surge pod), three benchmark runs
-@pytest.mark.timeout(3000)
+# five CPU vLLM starts (the serving pod, three canaries, the surge pod), four benchmark runs
+@pytest.mark.timeout(4200)
 def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_errors(
     real_cluster: LocalCluster, model_namespace: str
 ) -> None:
@@ -193,7 +221,7 @@ def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_
             lc,
             ns,
             {
-                "engine": {"maxNumSeqs": 1},
+                "engine": {"maxNumSeqs": 2},
                 "benchmark": {
                     **BENCH,
                     "enabled": True,
@@ -236,8 +264,72 @@ def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_
         bad_served = max(watcher.canary_requests.values())
 
         bad_ips, bad_endpoints = set(watcher.canary_ips), set(watcher.endpoints)
+        wait_for("the canary's pod gone", lambda: not items(lc, ns, "pods", CANARY), timeout=300)
 
-        # 2. a good revision: measured on its canary, baked on live traffic, promoted (once
+        # 2. slower only under live load: passes its benchmark, fails its bake
+        _patch(
+            lc,
+            ns,
+            {
+                "engine": {"maxNumSeqs": 1},
+                "benchmark": {**BENCH, "enabled": True, "thresholds": {"maxTtftP95Seconds": 120}},
+                "rollout": {"canary": {"bake": SLOW_BAKE}},
+            },
+        )
+        slow_baking = wait_for(
+            "the slow canary baking",
+            lambda: _rollout(lc, ns, "Baking"),
+            timeout=1500,
+            every=3,
+        )
+        slow = slow_baking["status"]["rollout"]["revision"]
+        assert slow not in (bad, stable)
+        (slow_pod,) = items(lc, ns, "pods", CANARY)
+        slow_ip = slow_pod["status"]["podIP"]
+        loads = [StreamingClient(url, LOAD_TOKENS) for _ in range(LOAD_CLIENTS)]
+        for load in loads:
+            load.__enter__()
+        try:
+            wait_for(
+                "the slow canary among the Service's endpoints",
+                lambda: slow_ip in watcher.joined,
+                timeout=60,
+            )
+            slow_aborted = wait_for(
+                "the bake's abort",
+                lambda: _rollout(lc, ns, "Aborted", slow),
+                timeout=SLOW_BAKE["seconds"],
+                every=2,
+            )
+            detected = time.monotonic() - watcher.joined[slow_ip]
+            wait_for(
+                "the slow canary out of the endpoints",
+                lambda: slow_ip in watcher.left,
+                timeout=60,
+            )
+            out_after = watcher.left[slow_ip] - watcher.joined[slow_ip]
+        finally:
+            for load in loads:
+                load.__exit__()
+        slow_st = slow_aborted["status"]
+        assert slow_st["rollout"]["bake"]["verdict"] == "Failed", slow_st["rollout"]
+        assert "TTFT p99" in slow_st["rollout"]["message"], slow_st["rollout"]
+        assert slow_st["revision"] == stable, slow_st
+        (still,) = items(lc, ns, "pods", SERVER)
+        assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]  # it never stopped
+        load_sent = sum(c.sent for c in loads)
+        load_failures = [f for c in loads for f in c.failures]
+        slow_served = watcher.canary_requests.get(slow_pod["metadata"]["name"], 0.0)
+        print(
+            f"\nslow-under-load revision {slow}: its canary among the endpoints -> Aborted "
+            f"{detected:.0f} s, -> out of the endpoints {out_after:.0f} s; it answered "
+            f"{slow_served:.0f} requests; {slow_st['rollout']['message']}; load clients sent "
+            f"{load_sent}, failed {len(load_failures)}"
+        )
+        assert load_failures == [], load_failures[:5]
+        assert slow_served > 0
+
+        # 3. a good revision: measured on its canary, baked on live traffic, promoted (once
         # the aborted canary's pod is gone: the node has room for one more pod, not two)
         wait_for("the canary's pod gone", lambda: not items(lc, ns, "pods", CANARY), timeout=300)
         changed = time.monotonic()
@@ -257,7 +349,7 @@ def test_a_slow_revision_stops_at_the_canary_and_a_good_one_is_promoted_without_
             every=3,
         )
         good = baking["status"]["rollout"]["revision"]
-        assert good not in (bad, stable)
+        assert good not in (bad, slow, stable)
         (canary_pod,) = items(lc, ns, "pods", CANARY)
         canary_ip = canary_pod["status"]["podIP"]
         wait_for(

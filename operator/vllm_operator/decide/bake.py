@@ -7,8 +7,17 @@ The canary serves beside the stable pods (it joined the Service's endpoints when
 EndpointSlice was created); Prometheus's figures over that window are compared:
 
 - Failed, as soon as the canary answered `minRequests` and its TTFT p99 or inter-token p99
-  exceeds the stable pods' times the limit, or its 5xx share exceeds theirs by more than
-  `maxErrorRateIncrease` (an abort need not wait for the window's end: the detection time);
+  exceeds the stable pods' times the limit at the histogram's resolution (the bucket that holds
+  the canary's p99 lies wholly above the limit: vLLM's TTFT buckets jump from 100 to 250 ms, so
+  a few requests past 100 ms make an interpolated p99 of 220 ms out of 100; such an excess is
+  shown in the status and decides nothing), or its 5xx share exceeds theirs by more than
+  `maxErrorRateIncrease` (an abort need not wait for the window's end: the detection time),
+  on figures of the bake alone: while Prometheus's shortest window (four scrape intervals)
+  still reaches back before the bake began (the canary's benchmark run, its start), the
+  figures are shown and decide nothing; and worse twice: over the whole bake and over its most
+  recent half (a spike that is over, the canary's first seconds on live traffic, is in the
+  whole window only; a regression is in both), so the earliest abort comes once that half is
+  a window of its own (two shortest windows into the bake);
 - Passed, at the window's end, when nothing failed;
 - Inconclusive, at the window's end, when the canary answered fewer than `minRequests` (no
   traffic: nothing to compare; it is promoted and the status says so);
@@ -52,17 +61,39 @@ def figures(canary: LiveFigures, stable: LiveFigures | None) -> str:
 
 
 def _worse(limits: BakeSpec, canary: LiveFigures, stable: LiveFigures) -> list[str]:
-    out = []
-    for name, c, s, ratio in (
-        ("TTFT p99", canary.ttft_p99, stable.ttft_p99, limits.max_ttft_p99_ratio),
+    return _compare(limits, canary, stable)[0]
+
+
+def _compare(
+    limits: BakeSpec, canary: LiveFigures, stable: LiveFigures
+) -> tuple[list[str], list[str]]:
+    """What is worse beyond the limits, and what exceeds a limit within the histogram's
+    resolution only (the bucket holding the canary's p99 reaches below the limit)."""
+    out, unresolved = [], []
+    for name, c, floor, s, ratio in (
+        (
+            "TTFT p99",
+            canary.ttft_p99,
+            canary.ttft_p99_floor,
+            stable.ttft_p99,
+            limits.max_ttft_p99_ratio,
+        ),
         (
             "inter-token latency p99",
             canary.itl_p99,
+            canary.itl_p99_floor,
             stable.itl_p99,
             limits.max_inter_token_p99_ratio,
         ),
     ):
-        if c is not None and s is not None and c > s * ratio:
+        if c is None or s is None or c <= s * ratio:
+            continue
+        if floor is not None and floor < s * ratio:
+            unresolved.append(
+                f"{name} {_ms(c)} above {ratio:g} x the stable pods' {_ms(s)}, within the "
+                f"histogram's bucket from {_ms(floor)}"
+            )
+        else:
             out.append(f"{name} {_ms(c)} > {ratio:g} x the stable pods' {_ms(s)}")
     increase = canary.error_rate - stable.error_rate
     if increase > limits.max_error_rate_increase:
@@ -70,7 +101,7 @@ def _worse(limits: BakeSpec, canary: LiveFigures, stable: LiveFigures) -> list[s
             f"5xx share {canary.error_rate:.1%} against the stable pods' "
             f"{stable.error_rate:.1%} (more than {limits.max_error_rate_increase:.1%} worse)"
         )
-    return out
+    return out, unresolved
 
 
 def judge(limits: BakeSpec, bake: Bake) -> Verdict:
@@ -84,19 +115,51 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
     canary, stable = bake.canary, bake.stable
     assert canary is not None  # (read together with the error: one of them is set)
     enough = canary.requests >= limits.min_requests
-    if enough and stable is not None:
-        worse = _worse(limits, canary, stable)
-        if worse:
+    before = bake.window - bake.elapsed > 1  # the figures reach back before the bake
+    ended = bake.elapsed >= limits.seconds  # (a window shorter than the shortest: judged then)
+    unconfirmed = ""
+    if enough and stable is not None and (not before or ended):
+        worse, unresolved = _compare(limits, canary, stable)
+        if unresolved:
+            unconfirmed = " (not decisive: " + "; ".join(unresolved) + ")"
+        recent = (
+            _worse(limits, bake.recent_canary, bake.recent_stable)
+            if bake.recent_canary is not None and bake.recent_stable is not None
+            else None
+        )
+        if worse and (recent or (recent is None and ended)):
             return Verdict(
                 FAILED,
-                f"worse than the stable pods on live traffic after {bake.elapsed:.0f} s: "
+                f"worse than the stable pods on live traffic after {bake.elapsed:.0f} s "
+                "(over the whole bake"
+                + (" and its most recent half" if recent else "")
+                + "): "
                 + "; ".join(worse),
             )
-    if bake.elapsed < limits.seconds:
+        if worse:
+            unconfirmed += (
+                " (worse over the whole bake: "
+                + "; ".join(worse)
+                + (
+                    ", not over its most recent half: a spike that is over"
+                    if recent is not None
+                    else ", to be confirmed over its most recent half"
+                )
+                + ")"
+            )
+    if not ended:
+        reach = (
+            f" (these reach back before the bake: they decide nothing for "
+            f"{bake.window - bake.elapsed:.0f} s more)"
+            if before
+            else ""
+        )
         return Verdict(
             None,
             f"baking on live traffic beside the stable pods, {left} s left: "
-            + figures(canary, stable),
+            + figures(canary, stable)
+            + reach
+            + unconfirmed,
         )
     if not enough:
         return Verdict(
@@ -105,7 +168,10 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
             f"canary (fewer than minRequests {limits.min_requests}): nothing to compare",
         )
     return Verdict(
-        PASSED, f"as good as the stable pods over {limits.seconds} s: " + figures(canary, stable)
+        PASSED,
+        f"as good as the stable pods over {limits.seconds} s: "
+        + figures(canary, stable)
+        + unconfirmed,
     )
 
 

@@ -9,16 +9,24 @@ configs and PodMonitors label each series with `namespace`, `pod` and `service`,
 - requests finished: `vllm:e2e_request_latency_seconds_count`;
 - time to first token and inter-token latency: the histograms
   `vllm:time_to_first_token_seconds` and `vllm:inter_token_latency_seconds`, p99 over the
-  window (`histogram_quantile` of the buckets' increase);
+  window: the buckets' increase, read by `le`, and the quantile computed here as
+  `histogram_quantile` does (`quantile()`), with the lower bound of the bucket that holds it
+  (the p99 is known only to lie in that bucket: vLLM's TTFT buckets jump from 100 to 250 ms,
+  so a few requests past 100 ms move an interpolated p99 from 100 to 220 ms; decide/bake.py
+  aborts only on a bucket wholly above its limit);
 - errors: the API server's `http_requests_total{handler=~"/v1/.*"}`, of them `status="5xx"`.
 
-The window is at least 60 s (four samples at the default 15 s scrape interval).
+The window is at least four scrape intervals (60 s at the default 15 s, the operator's
+scrapeInterval setting): fewer samples make no increase. Until the bake is that old, the
+window reaches back before the bake began (the canary's benchmark run, its start), so those
+figures are shown but decide no abort (decide/bake.py).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any, Protocol
 
 from vllm_operator.observe.state import LiveFigures
@@ -26,10 +34,24 @@ from vllm_operator.observe.state import LiveFigures
 log = logging.getLogger("vllm_operator")
 
 MIN_WINDOW_SECONDS = 60
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def min_window_seconds(scrape_interval: str) -> int:
+    """Four scrape intervals (a Prometheus duration: 15s, 1m, 500ms), at least 4 s; an
+    interval that does not parse: MIN_WINDOW_SECONDS."""
+    m = _DURATION.match(scrape_interval.strip())
+    if not m:
+        return MIN_WINDOW_SECONDS
+    return max(4, math.ceil(4 * int(m[1]) * _UNIT_SECONDS[m[2]]))
 
 
 class LiveReader(Protocol):
     """What observe() reads live figures through (a test hands its own)."""
+
+    # the shortest window its figures can cover (a read of a shorter one covers this)
+    min_window_seconds: int
 
     def figures(self, namespace: str, selector: str, window_seconds: int) -> LiveFigures: ...
 
@@ -38,60 +60,109 @@ def _scalar(result: list[dict[str, Any]]) -> float | None:
     if not result:
         return None
     value = float(result[0]["value"][1])
-    return None if math.isnan(value) else value  # NaN (no sample in a quantile): None
+    return None if math.isnan(value) else value
 
 
-def queries(namespace: str, selector: str, window_seconds: int) -> dict[str, str]:
+def quantile(q: float, buckets: dict[float, float]) -> tuple[float, float] | None:
+    """The q-quantile of a histogram's cumulative `buckets` (upper bound `le` -> count,
+    +Inf among them), as Prometheus's histogram_quantile computes it (promql/quantile.go:
+    linear interpolation within the bucket that holds the rank, counts made monotonic, a rank
+    in the +Inf bucket answered with the largest finite bound), and the lower bound of that
+    bucket; None where histogram_quantile answers NaN (no +Inf bucket, no observation)."""
+    bounds = sorted(buckets)
+    if len(bounds) < 2 or not math.isinf(bounds[-1]):
+        return None
+    counts, top = [], 0.0
+    for le in bounds:  # (increase() of each series apart can break monotonicity)
+        top = max(top, buckets[le])
+        counts.append(top)
+    total = counts[-1]
+    if total <= 0:
+        return None
+    rank = q * total
+    b = next(i for i, c in enumerate(counts) if c >= rank)
+    if b == len(bounds) - 1:
+        return bounds[-2], bounds[-2]
+    if b == 0 and bounds[0] <= 0:
+        return bounds[0], bounds[0]
+    start, count = 0.0, counts[b]
+    if b > 0:
+        start, count, rank = bounds[b - 1], count - counts[b - 1], rank - counts[b - 1]
+    return start + (bounds[b] - start) * (rank / count), start
+
+
+def _buckets(result: list[dict[str, Any]]) -> dict[float, float]:
+    return {float(r["metric"]["le"]): float(r["value"][1]) for r in result if "le" in r["metric"]}
+
+
+def queries(
+    namespace: str,
+    selector: str,
+    window_seconds: int,
+    min_window: int = MIN_WINDOW_SECONDS,
+) -> dict[str, str]:
     """The PromQL of each figure, for the pods that `selector` (PromQL label matchers, e.g.
-    'pod="x"' or 'service="y"') picks in `namespace`."""
-    w = f"{max(window_seconds, MIN_WINDOW_SECONDS)}s"
+    'pod="x"' or 'service="y"') picks in `namespace`, over `window_seconds` (at least
+    `min_window`)."""
+    w = f"{max(window_seconds, min_window)}s"
     sel = f'namespace="{namespace}",{selector}'
 
-    def p99(histogram: str) -> str:
-        return f"histogram_quantile(0.99, sum by (le) (increase({histogram}_bucket{{{sel}}}[{w}])))"
+    def buckets(histogram: str) -> str:
+        return f"sum by (le) (increase({histogram}_bucket{{{sel}}}[{w}]))"
 
     http = f'http_requests_total{{{sel},handler=~"/v1/.*"}}'
     return {
         "requests": f"sum(increase(vllm:e2e_request_latency_seconds_count{{{sel}}}[{w}]))",
         "http_requests": f"sum(increase({http}[{w}]))",
         "http_errors": f'sum(increase({http[:-1]},status="5xx"}}[{w}]))',
-        "ttft_p99": p99("vllm:time_to_first_token_seconds"),
-        "itl_p99": p99("vllm:inter_token_latency_seconds"),
+        "ttft_buckets": buckets("vllm:time_to_first_token_seconds"),
+        "itl_buckets": buckets("vllm:inter_token_latency_seconds"),
     }
 
 
 class PrometheusLive:
     """LiveReader over a Prometheus's HTTP API (prometheus-api-client's PrometheusConnect)."""
 
-    def __init__(self, url: str, timeout_seconds: float = 10) -> None:
+    def __init__(
+        self, url: str, timeout_seconds: float = 10, min_window: int = MIN_WINDOW_SECONDS
+    ) -> None:
         # imported here: only an operator configured with a Prometheus pays for it
         from prometheus_api_client import PrometheusConnect  # noqa: PLC0415
 
         self.url = url
+        self.min_window_seconds = min_window
         self._prom = PrometheusConnect(url=url, disable_ssl=False)
         self._timeout = timeout_seconds
 
     def figures(self, namespace: str, selector: str, window_seconds: int) -> LiveFigures:
         got = {
-            key: _scalar(self._prom.custom_query(q, params={"timeout": f"{self._timeout:g}s"}))
-            for key, q in queries(namespace, selector, window_seconds).items()
+            key: self._prom.custom_query(q, params={"timeout": f"{self._timeout:g}s"})
+            for key, q in queries(
+                namespace, selector, window_seconds, self.min_window_seconds
+            ).items()
         }
+        ttft = quantile(0.99, _buckets(got["ttft_buckets"]))
+        itl = quantile(0.99, _buckets(got["itl_buckets"]))
         return LiveFigures(
-            requests=got["requests"] or 0.0,
-            http_requests=got["http_requests"] or 0.0,
-            http_errors=got["http_errors"] or 0.0,
-            ttft_p99=got["ttft_p99"],
-            itl_p99=got["itl_p99"],
+            requests=_scalar(got["requests"]) or 0.0,
+            http_requests=_scalar(got["http_requests"]) or 0.0,
+            http_errors=_scalar(got["http_errors"]) or 0.0,
+            ttft_p99=ttft[0] if ttft else None,
+            itl_p99=itl[0] if itl else None,
+            ttft_p99_floor=ttft[1] if ttft else None,
+            itl_p99_floor=itl[1] if itl else None,
         )
 
 
-_readers: dict[str, PrometheusLive] = {}
+_readers: dict[tuple[str, str], PrometheusLive] = {}
 
 
-def live_reader(url: str) -> LiveReader | None:
-    """The operator's reader of `url` (one per URL; None: no Prometheus configured)."""
+def live_reader(url: str, scrape_interval: str = "15s") -> LiveReader | None:
+    """The operator's reader of `url` (one per URL and interval; None: no Prometheus
+    configured); `scrape_interval`: how often Prometheus scrapes vLLM (its figures' grain)."""
     if not url:
         return None
-    if url not in _readers:
-        _readers[url] = PrometheusLive(url)
-    return _readers[url]
+    key = (url, scrape_interval)
+    if key not in _readers:
+        _readers[key] = PrometheusLive(url, min_window=min_window_seconds(scrape_interval))
+    return _readers[key]

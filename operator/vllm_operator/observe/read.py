@@ -25,6 +25,7 @@ from vllm_operator.observe.state import (
     MESSAGE_TAIL,
     Bake,
     JobState,
+    LiveFigures,
     Observed,
     PodProblem,
     pod_problems,
@@ -80,13 +81,30 @@ def _bake(
     if not pods:
         return Bake(started, elapsed, error="the canary's pod in the bake is gone")
     window = int(elapsed) + 1
+    covered = float(max(window, live.min_window_seconds))
+    half = int(elapsed / 2) + 1  # the most recent half, once it is a window of its own
+    canary_sel, stable_sel = f'pod="{pods[0]}"', f'service="{svc.name}"'
+    recent: tuple[LiveFigures, LiveFigures] | None = None
     try:
-        canary = live.figures(svc.namespace, f'pod="{pods[0]}"', window)
-        stable = live.figures(svc.namespace, f'service="{svc.name}"', window)
+        canary = live.figures(svc.namespace, canary_sel, window)
+        stable = live.figures(svc.namespace, stable_sel, window)
+        if half >= live.min_window_seconds:
+            recent = (
+                live.figures(svc.namespace, canary_sel, half),
+                live.figures(svc.namespace, stable_sel, half),
+            )
     except Exception as exc:  # noqa: BLE001  (any failure of the read: no verdict, said why)
         log.warning("reading the bake's figures of %s/%s: %s", svc.namespace, svc.name, exc)
         return Bake(started, elapsed, error=f"reading Prometheus failed: {exc}"[:500])
-    return Bake(started, elapsed, canary=canary, stable=stable)
+    return Bake(
+        started,
+        elapsed,
+        canary=canary,
+        stable=stable,
+        window=covered,
+        recent_canary=recent[0] if recent else None,
+        recent_stable=recent[1] if recent else None,
+    )
 
 
 def observe(

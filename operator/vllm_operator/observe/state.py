@@ -52,6 +52,10 @@ class LiveFigures:
     http_errors: float
     ttft_p99: float | None
     itl_p99: float | None
+    # the lower bound of the histogram bucket that holds each p99 (the p99 lies between it and
+    # the bucket's upper bound; the estimate interpolates); None: not known (any value)
+    ttft_p99_floor: float | None = None
+    itl_p99_floor: float | None = None
 
     @property
     def error_rate(self) -> float:
@@ -68,6 +72,14 @@ class Bake:
     canary: LiveFigures | None = None
     stable: LiveFigures | None = None
     error: str = ""  # why the figures could not be read ("": read)
+    # the seconds the figures cover (at least the reader's shortest window): more than
+    # `elapsed` while the bake is younger than that, the figures then reach back before it
+    window: float = 0.0
+    # the same figures over the most recent half of the bake, once that half is at least the
+    # shortest window (None before): an abort needs both looks worse (a spike that is over,
+    # the canary's first seconds, is in the whole window only)
+    recent_canary: LiveFigures | None = None
+    recent_stable: LiveFigures | None = None
 
 
 @dataclass(frozen=True)

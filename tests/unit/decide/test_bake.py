@@ -31,7 +31,7 @@ from tests.unit.decide.test_canary import (
 from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator.api.spec import BakeSpec
 from vllm_operator.decide.bake import FAILED, INCONCLUSIVE, PASSED, judge
-from vllm_operator.observe.live import queries
+from vllm_operator.observe.live import min_window_seconds, queries
 from vllm_operator.observe.state import Bake, LiveFigures
 from vllm_operator.render.benchmark import run_name
 from vllm_operator.render.canary import BAKE_ANNOTATION
@@ -67,14 +67,91 @@ def test_a_canary_as_good_as_the_stable_pods_bakes_until_the_window_ends_then_pa
     ],
 )
 def test_a_worse_canary_fails_as_soon_as_it_answered_enough(canary: LiveFigures, why: str) -> None:
-    verdict = judge(LIMITS, Bake("t", 10, canary=canary, stable=GOOD))
+    def bake(c: LiveFigures, recent: LiveFigures | None = None) -> Bake:
+        """20 s in: worse over the whole bake and (by default) over its most recent half."""
+        r = c if recent is None else recent
+        return Bake("t", 20, canary=c, stable=GOOD, recent_canary=r, recent_stable=GOOD)
+
+    verdict = judge(LIMITS, bake(canary))
     assert verdict.verdict == FAILED
     assert why in verdict.message
+    assert "over the whole bake and its most recent half" in verdict.message
     # at the limit exactly, or with fewer requests than minRequests, it is not (yet) failed
     at_limit = figures(ttft_p99=0.3, itl_p99=0.03, http_errors=0.4)
-    assert judge(LIMITS, Bake("t", 10, canary=at_limit, stable=GOOD)).verdict is None
+    assert judge(LIMITS, bake(at_limit)).verdict is None
     few = LiveFigures(**{**canary.__dict__, "requests": 19})
-    assert judge(LIMITS, Bake("t", 10, canary=few, stable=GOOD)).verdict is None
+    assert judge(LIMITS, bake(few)).verdict is None
+    # worse over the whole bake only: a spike that is over (the canary's first seconds)
+    spike = judge(LIMITS, bake(canary, recent=GOOD))
+    assert spike.verdict is None
+    assert "not over its most recent half: a spike that is over" in spike.message
+    # no second look yet (the bake too young for a half of its own): wait, say so
+    young = judge(LIMITS, Bake("t", 10, canary=canary, stable=GOOD))
+    assert young.verdict is None
+    assert "to be confirmed over its most recent half" in young.message
+    # and at the window's end the spike that is over passes
+    assert (
+        judge(
+            LIMITS,
+            Bake("t", 60, canary=canary, stable=GOOD, recent_canary=GOOD, recent_stable=GOOD),
+        ).verdict
+        == PASSED
+    )
+
+
+def test_a_latency_over_its_limit_within_the_histograms_resolution_decides_nothing() -> None:
+    """vLLM's TTFT buckets jump from 100 to 250 ms: a few of the canary's requests past 100 ms
+    make an interpolated p99 of 223 ms beside the stable pods' 100 ms (two of seven rollouts of
+    an unchanged revision were aborted so, on the real node). The p99 is known only to lie in
+    its bucket; a bucket that reaches below the limit is shown and decides nothing; one wholly
+    above it aborts."""
+    stable = figures(ttft_p99=0.1, ttft_p99_floor=0.08)
+    blurred = figures(ttft_p99=0.223, ttft_p99_floor=0.1)
+
+    def bake(c: LiveFigures, elapsed: float = 30) -> Bake:
+        return Bake("t", elapsed, canary=c, stable=stable, recent_canary=c, recent_stable=stable)
+
+    during = judge(LIMITS, bake(blurred))
+    assert during.verdict is None
+    assert (
+        "not decisive: TTFT p99 223 ms above 1.5 x the stable pods' 100 ms, within the "
+        "histogram's bucket from 100 ms"
+    ) in during.message
+    at_end = judge(LIMITS, bake(blurred, elapsed=60))
+    assert at_end.verdict == PASSED
+    assert "not decisive" in at_end.message
+    # a canary whose p99 lies in a bucket wholly above the limit (750 ms to 1 s) is aborted
+    slow = judge(LIMITS, bake(figures(ttft_p99=0.9, ttft_p99_floor=0.75)))
+    assert slow.verdict == FAILED
+    assert "TTFT p99 900 ms > 1.5 x the stable pods' 100 ms" in slow.message
+    # the bucket's lower bound at the limit exactly: wholly above it
+    edge = figures(itl_p99=0.045, itl_p99_floor=0.03)
+    assert judge(LIMITS, bake(edge)).verdict == FAILED
+
+
+def test_figures_that_reach_back_before_the_bake_decide_no_abort_until_the_window_ends() -> None:
+    """10 s into the bake, Prometheus's shortest window (60 s: four 15 s scrapes) still
+    covers the 50 s before it (the canary's benchmark run, its start): shown, no verdict;
+    once the window holds the bake alone the same figures abort it; a bake shorter than the
+    shortest window is judged on what there is at its end."""
+    worse = figures(ttft_p99=0.9)
+    early = judge(LIMITS, Bake("t", 10, canary=worse, stable=GOOD, window=60))
+    assert early.verdict is None
+    assert "they decide nothing for 50 s more" in early.message
+    assert "TTFT p99 900 ms" in early.message  # (the figures are shown)
+    assert judge(LIMITS, Bake("t", 60, canary=worse, stable=GOOD, window=61)).verdict == FAILED
+    short = BakeSpec(seconds=30, min_requests=20)
+    at_end = judge(short, Bake("t", 30, canary=worse, stable=GOOD, window=60))
+    assert at_end.verdict == FAILED
+
+
+def test_the_shortest_window_is_four_scrape_intervals() -> None:
+    assert min_window_seconds("15s") == 60
+    assert min_window_seconds("2s") == 8
+    assert min_window_seconds("1m") == 240
+    assert min_window_seconds("500ms") == 4
+    assert min_window_seconds("fast") == 60
+    assert queries("ns", 'pod="p"', 3, min_window=8)["requests"].endswith("[8s]))")
 
 
 def test_a_window_without_enough_traffic_is_inconclusive_and_a_read_failure_no_verdict() -> None:
@@ -89,9 +166,9 @@ def test_a_window_without_enough_traffic_is_inconclusive_and_a_read_failure_no_v
 
 def test_the_queries_select_the_canary_pod_and_the_stable_service_over_the_window() -> None:
     q = queries("ns", 'pod="minimal-canary-abc"', 10)
-    assert q["ttft_p99"] == (
-        "histogram_quantile(0.99, sum by (le) (increase(vllm:time_to_first_token_seconds_bucket"
-        '{namespace="ns",pod="minimal-canary-abc"}[60s])))'
+    assert q["ttft_buckets"] == (
+        "sum by (le) (increase(vllm:time_to_first_token_seconds_bucket"
+        '{namespace="ns",pod="minimal-canary-abc"}[60s]))'
     )
     assert q["http_errors"] == (
         'sum(increase(http_requests_total{namespace="ns",pod="minimal-canary-abc",'
@@ -109,6 +186,8 @@ def test_the_queries_select_the_canary_pod_and_the_stable_service_over_the_windo
 class Live:
     """Prometheus as the test sets it: figures for the canary's pod and the stable pods."""
 
+    min_window_seconds = 8  # (2 s scrapes, as the local cluster's Prometheus)
+
     def __init__(self) -> None:
         self.canary = GOOD
         self.stable = GOOD
@@ -125,7 +204,7 @@ BAKE = {"canary": {"bake": {"seconds": 60, "minRequests": 20}}}
 @pytest.fixture
 def live(monkeypatch: pytest.MonkeyPatch) -> Live:
     reader = Live()
-    monkeypatch.setattr("vllm_operator.reconcile.live_reader", lambda url: reader)
+    monkeypatch.setattr("vllm_operator.reconcile.live_reader", lambda url, interval: reader)
     return reader
 
 
@@ -239,6 +318,7 @@ def test_under_report_a_failed_bake_is_reported_and_promoted(live: Live) -> None
     report = {"onFailure": "Report", "thresholds": {"minOutputTokensPerSecond": 50}}
     _baking(api, report)
     reconciled(api)
+    _age(api, 20)  # (older than the shortest window: the figures are the bake's alone)
     live.canary = figures(http_errors=10)
     reconciled(api)
     assert serving_revision(api) == rev(16)
