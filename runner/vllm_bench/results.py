@@ -36,6 +36,8 @@ HEADLINE = {
     "prefixHitRate": ("prefix", "hitRate"),
     "ttftP50Seconds": ("streaming", "ttftP50Seconds"),
     "ttftP95Seconds": ("streaming", "ttftP95Seconds"),
+    # how long a request took under concurrent load: what a stopping pod's drain must cover
+    "requestLatencyP99Seconds": ("batching", "latencyP99Seconds"),
 }
 
 # how the CLI exits for the first error of each kind (docs/benchmark-runner.md: exit codes)

@@ -94,7 +94,7 @@ def test_run_succeeds_and_the_document_validates(full_run: dict[str, Any]) -> No
     assert set(doc["headline"]) == {
         "kvCacheTokens", "maxConcurrencyAtMaxModelLen", "outputTokensPerSecond", "batchingSpeedup",
         "prefixTtftSpeedup", "prefixHitRate", "ttftP50Seconds", "ttftP95Seconds",
-        "outputTokensPerSecondConcurrency",
+        "outputTokensPerSecondConcurrency", "requestLatencyP99Seconds",
     }  # fmt: skip
     # the summary table is the command's output
     assert "kvCacheTokens" in proc.stdout

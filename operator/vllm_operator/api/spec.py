@@ -1253,6 +1253,11 @@ class BenchmarkStatus(_Model):
     prefix_hit_rate: float | None = Field(default=None, description="Prefix-cache hit rate.")
     ttft_p50_seconds: float | None = Field(default=None, description="TTFT p50 (s).")
     ttft_p95_seconds: float | None = Field(default=None, description="TTFT p95 (s).")
+    request_latency_p99_seconds: float | None = Field(
+        default=None,
+        description="Request latency p99 under concurrent load (s): what a stopping pod's "
+        "drain (shutdownTimeoutSeconds) must cover; BenchmarkComplete says when it does not.",
+    )
     passed: bool | None = Field(default=None, description="All thresholds met (when set).")
     failures: list[str] = Field(default_factory=list, description="Thresholds not met.")
     rolled_back_to: str | None = Field(

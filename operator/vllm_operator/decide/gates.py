@@ -26,6 +26,7 @@ class Headline:
     prefix_hit_rate: float | None = None
     ttft_p50_seconds: float | None = None
     ttft_p95_seconds: float | None = None
+    request_latency_p99_seconds: float | None = None
 
     @classmethod
     def from_result(cls, result: dict[str, Any]) -> Headline:
@@ -39,6 +40,7 @@ class Headline:
             prefix_hit_rate=h.get("prefixHitRate"),
             ttft_p50_seconds=h.get("ttftP50Seconds"),
             ttft_p95_seconds=h.get("ttftP95Seconds"),
+            request_latency_p99_seconds=h.get("requestLatencyP99Seconds"),
         )
 
 

@@ -53,6 +53,7 @@ class ResultHeadline(_Part):
     prefix_hit_rate: Number | None = None
     ttft_p50_seconds: Number | None = None
     ttft_p95_seconds: Number | None = None
+    request_latency_p99_seconds: Number | None = None
 
 
 class ResultLiveLoad(_Part):

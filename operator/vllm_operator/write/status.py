@@ -18,6 +18,7 @@ from typing import Any
 
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import RELEASE_HOLD_ANNOTATION, Service
+from vllm_operator.decide.gates import Headline
 from vllm_operator.decide.progressive import ABORTED, BAKING, CANARY, Rollout, status_of
 from vllm_operator.observe.state import BenchView, Observed, rolled_out
 from vllm_operator.render.benchmark import REVISION_LABEL
@@ -275,6 +276,7 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
                         "prefixHitRate": h.prefix_hit_rate,
                         "ttftP50Seconds": h.ttft_p50_seconds,
                         "ttftP95Seconds": h.ttft_p95_seconds,
+                        "requestLatencyP99Seconds": h.request_latency_p99_seconds,
                     }.items()
                     if v is not None
                 }
@@ -288,7 +290,7 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
                     f"{_fmt(h.output_tokens_per_second)} output tokens/s, "
                     f"TTFT p95 {_fmt(h.ttft_p95_seconds, ' s')}, KV cache "
                     f"{_fmt(h.kv_cache_tokens)} tokens, prefix speed-up "
-                    f"{_fmt(h.prefix_ttft_speedup, 'x')}",
+                    f"{_fmt(h.prefix_ttft_speedup, 'x')}" + _drain_short(svc, h),
                 )
             )
     if bench.gated:
@@ -302,6 +304,24 @@ def _benchmark(svc: Service, bench: BenchView) -> tuple[dict[str, Any], list[Con
         if bench.restored_as:
             out["restoredAs"] = bench.restored_as
     return {**out, **_measured(run)}, conds
+
+
+def _drain_short(svc: Service, h: Headline) -> str:
+    """What BenchmarkComplete adds when the measured requests outlast the drain: vLLM lets
+    requests in flight finish for shutdownTimeoutSeconds when a pod stops (a rollout, an abort,
+    a scale-in); a longer stream is cut there ("" when covered, or not measured)."""
+    took = h.request_latency_p99_seconds
+    drain = svc.spec.shutdown_timeout
+    if took is None or took <= drain:
+        return ""
+    return (
+        f"; requests took up to {_fmt(took, ' s')} (p99 under concurrent load), longer than "
+        f"the {drain} s that requests in flight get to finish when a pod stops "
+        "(shutdownTimeoutSeconds"
+        + (": 0, vLLM aborts them at once" if drain == 0 else "")
+        + "): streams that long are cut on rollouts and scale-ins; raise "
+        "shutdownTimeoutSeconds (and terminationGracePeriodSeconds, which must hold it)"
+    )
 
 
 def _rendered_anew(bench: BenchView) -> str:

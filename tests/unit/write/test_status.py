@@ -874,3 +874,40 @@ def test_an_unschedulable_pod_that_no_node_can_ever_take_is_degraded_at_once() -
     )
     problems, waiting = pod_problems([pod], NOW)
     assert ([p.reason for p in problems], waiting) == (["Unschedulable"], ())
+
+
+def measured_status(latency_p99: float, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """status of a service whose run of rev1 completed, its requests taking `latency_p99` s
+    (p99 under concurrent load)."""
+    result = {
+        "status": "ok",
+        "headline": {"outputTokensPerSecond": 100.0, "requestLatencyP99Seconds": latency_p99},
+    }
+    view = BenchView(
+        revision="rev1",
+        run_name="minimal-bench-rev1",
+        runs=(Run("rev1", "minimal-bench-rev1", "t2", "Complete", "", result=result),),
+        rollout_done=True,
+    )
+    svc = service("minimal", spec, generation=GEN)
+    return compute_status(svc, Observed(deployment=deployment()), {}, SETTINGS, T1, bench=view)
+
+
+def test_requests_that_outlast_the_drain_are_said_on_benchmark_complete() -> None:
+    """Issue 21, item 3: in-flight streams finish within shutdownTimeoutSeconds when a pod
+    stops (105 s by default); the benchmark measures how long requests take, and a drain
+    shorter than that is said (a stream that long is cut on a rollout or a scale-in)."""
+    covered = measured_status(3.2)
+    assert covered["benchmark"]["requestLatencyP99Seconds"] == 3.2
+    kind, reason, message = brief(covered)["BenchmarkComplete"]
+    assert (kind, reason) == ("True", "Measured")
+    assert "requests took" not in message
+    short = measured_status(40.0, {"shutdownTimeoutSeconds": 30})
+    message = brief(short)["BenchmarkComplete"][2]
+    assert (
+        "; requests took up to 40 s (p99 under concurrent load), longer than the 30 s that "
+        "requests in flight get to finish when a pod stops (shutdownTimeoutSeconds): streams "
+        "that long are cut on rollouts and scale-ins"
+    ) in message
+    off = brief(measured_status(0.5, {"shutdownTimeoutSeconds": 0}))["BenchmarkComplete"][2]
+    assert "(shutdownTimeoutSeconds: 0, vLLM aborts them at once)" in off
