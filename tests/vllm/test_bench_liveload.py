@@ -25,6 +25,10 @@ pytestmark = pytest.mark.vllm
 FOREIGN = 6  # requests another client sends, all at once
 FOREIGN_TOKENS = 48  # each generates exactly this many (ignore_eos)
 FOREIGN_PROMPT = "The other tenant of this server asks about the weather in Lisbon today"
+# the runner's serial requests: long enough that the burst, sent once two of them finished,
+# ends well inside the scenario on a loaded CI machine (40 requests of 16 tokens were over in
+# about a second there: one CI run's burst ended after the scenario and was counted nowhere)
+OWN, OWN_TOKENS = 120, 32
 
 
 def finished_requests(server: VllmServer) -> float:
@@ -55,7 +59,8 @@ def streaming_run(server: VllmServer, out: Path) -> tuple[Any, dict[str, Any]]:
     it; no warm-up: the first request the server finishes is the scenario's."""
     return run_cli(
         "--url", server.url, "--model", "tiny", "--scenarios", "streaming",
-        "--streaming-requests", "40", "--output-tokens", "16", "--warmup-requests", "0",
+        "--streaming-requests", str(OWN), "--output-tokens", str(OWN_TOKENS),
+        "--warmup-requests", "0",
         "--live-load-interval-seconds", "0.05", "--max-duration-seconds", "300",
         "--no-report", "--out", str(out),
     )  # fmt: skip
@@ -71,7 +76,7 @@ def test_a_run_alone_on_the_server_records_no_foreign_load(
     samples = doc["scenarios"]["streaming"]["samples"]
     assert live["target"] == vllm_server.url
     # positive control: the server counted every request and token of the runner's
-    assert live["serverRequests"] == live["ownRequests"] == len(samples) == 40
+    assert live["serverRequests"] == live["ownRequests"] == len(samples) == OWN
     assert live["serverGenerationTokens"] == sum(s["outputTokens"] for s in samples)
     assert live["scrapes"] > 10
     assert live["peakRunning"] == 1  # serial: the runner's one request
@@ -86,6 +91,7 @@ def test_requests_of_another_client_during_a_scenario_are_foreign_load(
     start = finished_requests(vllm_server)
     usages: list[dict[str, Any]] = []
     failures: list[BaseException] = []
+    sent: list[float] = []  # when the burst was sent, when its last answer came
 
     def other_tenant() -> None:
         try:
@@ -93,23 +99,33 @@ def test_requests_of_another_client_during_a_scenario_are_foreign_load(
             # the scenario is under way: the server finished two of the runner's requests
             while finished_requests(vllm_server) < start + 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
+            sent.append(time.monotonic())
             with ThreadPoolExecutor(FOREIGN) as pool:
                 usages.extend(pool.map(lambda _: foreign_request(vllm_server), range(FOREIGN)))
+            sent.append(time.monotonic())
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             failures.append(exc)
 
     tenant = threading.Thread(target=other_tenant)
     tenant.start()
+    began = time.monotonic()
     proc, doc = streaming_run(vllm_server, tmp_path)
+    ended = time.monotonic()
     tenant.join()
     assert not failures, failures
+    assert len(sent) == 2
+    assert sent[1] < ended, (
+        f"the burst (sent {sent[0] - began:.1f} s into the run, answered at "
+        f"{sent[-1] - began:.1f} s) ended after the run ({ended - began:.1f} s): the test's "
+        "timing, not the runner's accounting"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     live = doc["liveLoad"]
     print(f"\nliveLoad with {FOREIGN} foreign requests: {json.dumps(live)}")
     assert len(usages) == FOREIGN
-    # the foreign burst finished inside the scenario (the runner's 40 serial requests
-    # outlast it), so every foreign request and token is counted, and nothing of the runner's
-    assert live["ownRequests"] == 40
+    # the foreign burst finished inside the scenario (the runner's serial requests outlast
+    # it), so every foreign request and token is counted, and nothing of the runner's
+    assert live["ownRequests"] == OWN
     assert live["foreignRequests"] == FOREIGN
     assert live["foreignGenerationTokens"] == FOREIGN * FOREIGN_TOKENS
     assert live["foreignPromptTokens"] == sum(u["prompt_tokens"] for u in usages)
