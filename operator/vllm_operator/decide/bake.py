@@ -60,10 +60,6 @@ def figures(canary: LiveFigures, stable: LiveFigures | None) -> str:
     )
 
 
-def _worse(limits: BakeSpec, canary: LiveFigures, stable: LiveFigures) -> list[str]:
-    return _compare(limits, canary, stable)[0]
-
-
 def _compare(
     limits: BakeSpec, canary: LiveFigures, stable: LiveFigures
 ) -> tuple[list[str], list[str]]:
@@ -123,7 +119,7 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
         if unresolved:
             unconfirmed = " (not decisive: " + "; ".join(unresolved) + ")"
         recent = (
-            _worse(limits, bake.recent_canary, bake.recent_stable)
+            _compare(limits, bake.recent_canary, bake.recent_stable)[0]
             if bake.recent_canary is not None and bake.recent_stable is not None
             else None
         )
