@@ -665,19 +665,7 @@ def install_from(cluster: LocalCluster, root: Path) -> None:
         path = root / "crds" / crd
         if path.exists():
             cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    for attempt in range(10):  # `kubectl wait` fails at once while the CRD has no conditions
-        try:
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/vllmservices.serving.vllm-operator.dev",
-            )
-            break
-        except ClusterError:
-            if attempt == 9:
-                raise
-            time.sleep(1)
+    cluster.wait_crds_established("vllmservices.serving.vllm-operator.dev")
     rbac = root / "deploy" / "rbac.yaml"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(rbac))
 

@@ -855,6 +855,45 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
         return res.stdout
 
+    def wait_crds_established(self, *crds: str, timeout: float = 120) -> None:
+        """Waits until each CRD (`name.group`) is Established and its resource is served.
+
+        Not `kubectl wait --for=condition=Established`: on a CRD the apiserver has not yet
+        given a status, that errors (`.status.conditions accessor error: <nil>`) instead of
+        waiting. Here the CRD's own conditions are read until Established is True, then the
+        resource is listed through discovery, which is what the callers need."""
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            name = crd.removeprefix("crd/")
+            plural, _, group = name.partition(".")
+            while True:
+                res = subprocess.run(
+                    [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}",
+                     "get", f"crd/{name}", "-o", "json"],
+                    capture_output=True, text=True, timeout=30, check=False,
+                )
+                established = False
+                if res.returncode == 0:
+                    conditions = json.loads(res.stdout).get("status", {}).get("conditions") or []
+                    established = any(
+                        c.get("type") == "Established" and c.get("status") == "True"
+                        for c in conditions
+                    )
+                if established:
+                    served = subprocess.run(
+                        [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}",
+                         "get", f"{plural}.{group}", "-A", "--request-timeout=10s", "-o", "name"],
+                        capture_output=True, text=True, timeout=30, check=False,
+                    )
+                    if served.returncode == 0:
+                        break
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"crd/{name} was not Established and served within {timeout:.0f}s: "
+                        f"{(res.stderr or res.stdout)[-400:].strip()}"
+                    )
+                time.sleep(0.5)
+
     def _register_nodes(self) -> None:
         docs = []
         for n in self.nodes:

@@ -31,12 +31,7 @@ def install(cluster: LocalCluster) -> None:
     """The CRD (server-side apply, idempotent), then RBAC."""
     for crd in CRD_FILES:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/vllmservices.serving.vllm-operator.dev",
-    )
+    cluster.wait_crds_established("vllmservices.serving.vllm-operator.dev")
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(RBAC_FILE))
 
 

@@ -82,7 +82,15 @@ def test_kind_serves_and_benchmarks_a_cpu_service(tmp_path: Path) -> None:
         for ref in IMAGES:
             _run("kind", "load", "docker-image", ref, "--name", name)
         kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds" / "vllmservices.yaml"))
-        kubectl("wait", "--for=condition=Established", "crd/vllmservices.serving.vllm-operator.dev")
+        # not `kubectl wait --for=condition=Established`: it errors on a CRD without a status yet
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + 120
+        while (
+            kubectl("get", "crd/vllmservices.serving.vllm-operator.dev", "-o", f"jsonpath={jsonpath}")
+            != "True"
+        ):
+            assert time.monotonic() < deadline, "the VLLMService CRD was not Established in 120 s"
+            time.sleep(0.5)
         kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
         overlay = kubectl(
             "kustomize",

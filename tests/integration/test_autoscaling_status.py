@@ -59,7 +59,7 @@ def test_autoscaler_and_monitoring_state_reach_the_status(
         hpa = get(cluster, namespace, "hpa", NAME)
         return condition(hpa, "ScalingActive") or None
 
-    hpa_cond = wait_for("the HPA's ScalingActive condition", scaling_active, timeout=90)
+    hpa_cond = wait_for("the HPA's ScalingActive condition", scaling_active)
     # custom.metrics.k8s.io is served (the adapter), but no kwok pod has a series
     assert hpa_cond["status"] == "False", hpa_cond
     assert "no custom metrics API" not in hpa_cond["message"]
@@ -77,7 +77,7 @@ def test_autoscaler_and_monitoring_state_reach_the_status(
         same = brief(condition(svc, "AutoscalingActive")) == brief(scaling_active())
         return svc if same else None
 
-    svc = wait_for("the HPA's ScalingActive on the service", reported, timeout=60)
+    svc = wait_for("the HPA's ScalingActive on the service", reported)
     assert brief(condition(svc, "AutoscalingActive"))[:2] == ("False", hpa_cond["reason"])
     hpa = get(cluster, namespace, "hpa", NAME)
     assert hpa is not None
@@ -102,13 +102,13 @@ def test_autoscaler_and_monitoring_state_reach_the_status(
     for f in sorted(CRD_DIR.glob("*.yaml")):
         cluster.kubectl("apply", "--server-side", "-f", str(f))
     for crd in MONITORING_CRDS.values():
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        cluster.wait_crds_established(crd)
 
     def rendered() -> dict[str, Any] | None:
         svc = get(cluster, namespace, "vllmservice", NAME)
         return svc if condition(svc, "Monitoring").get("status") == "True" else None
 
-    svc = wait_for("Monitoring=True", rendered, timeout=60)
+    svc = wait_for("Monitoring=True", rendered)
     assert condition(svc, "Monitoring")["reason"] == "Rendered"
     uid = svc["metadata"]["uid"]
     for kind in ("prometheusrule", "podmonitor"):

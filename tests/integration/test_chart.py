@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.chart_support import CHART, find, helm, set_args, template
-from tests.support import SAMPLES, condition, get, items, ready, wait_for
+from tests.support import SAMPLES, condition, get, items, ready, wait_for, wait_reconciled
 from vllm_localenv.cluster import REPO_ROOT, ClusterError, LocalCluster
 from vllm_localenv.vllm_server import free_port
 
@@ -71,12 +71,8 @@ def prom_crds(cluster: LocalCluster) -> Iterator[None]:
     files = [*sorted(PROM_CRDS.glob("*.yaml")), SERVICE_MONITOR_CRD]
     for f in files:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(f))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/servicemonitors.monitoring.coreos.com",
-        "crd/prometheusrules.monitoring.coreos.com",
+    cluster.wait_crds_established(
+        "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"
     )
     yield
     for f in files:
@@ -205,6 +201,7 @@ class ChartOperator:
         pod = deployment["spec"]["template"]["spec"]
         self.namespace = deployment["metadata"]["namespace"]
         self.account = pod["serviceAccountName"]
+        self.username = f"system:serviceaccount:{self.namespace}:{self.account}"
         # values, and the downward API's namespace as the pod would see it
         self.env = {e["name"]: e.get("value", self.namespace) for e in pod["containers"][0]["env"]}
         assert all(
@@ -359,7 +356,7 @@ def test_install_upgrade_with_a_changed_crd_and_uninstall(
     try:
         cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLES / "minimal.yaml"))
         t1 = time.monotonic()
-        wait_for("minimal Ready", lambda: ready(cluster, namespace, "minimal"), timeout=120)
+        wait_for("minimal Ready", lambda: ready(cluster, namespace, "minimal"))
         ready_s = time.monotonic() - t1
         pods_before = vllm_pods(cluster, namespace)
         vdep_before = get(cluster, namespace, "deployment", "minimal")
@@ -389,9 +386,10 @@ def test_install_upgrade_with_a_changed_crd_and_uninstall(
             )
             upgrade_s = time.monotonic() - t2
             op.stop()
+            restarted = time.time()
             op.start()
-            # a few drift-timer reconciles by the new operator
-            time.sleep(10)
+            # a few drift-timer reconciles by the new operator (3 s), seen in the audit log
+            wait_reconciled(cluster, op.username, namespace, ["minimal"], 3, restarted)
         assert not gaps, gaps
         live_crd = json.loads(cluster.kubectl("get", "crd", CRD, "-o", "json"))
         current = yaml.safe_load((REPO_ROOT / "crds" / "vllmservices.yaml").read_text())

@@ -236,6 +236,11 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
         ("spec.resources.memory", "should match"),
     ),
     ("cpu-1.2.3", _set("spec.resources.cpu", "1.2.3"), ("spec.resources.cpu", "should match")),
+    (  # a number no one could expand (the operator once computed such a string exactly)
+        "memory-exponent-beyond-a-quantity",
+        _set("spec.resources.memory", "9e999999999999"),
+        ("spec.resources.memory", "should match"),
+    ),
     (
         "resource-name-with-a-space",
         _set("spec.resources.gpuResourceName", "nvidia com/gpu"),
@@ -428,7 +433,7 @@ def test_kubectl_explain_shows_the_field_description(
         return flat if want in flat else None
 
     # the OpenAPI document of a new CRD is published a moment after it is Established
-    flat = wait_for("kubectl explain to show the description", explained, timeout=60)
+    flat = wait_for("kubectl explain to show the description", explained)
     assert "FIELD: gpuMemoryUtilization <number>" in flat
 
 

@@ -31,7 +31,7 @@ def monitoring_crds(cluster: LocalCluster) -> Iterator[None]:
     for f in files:
         cluster.kubectl("apply", "--server-side", "-f", str(f))
     for crd in MONITORING_CRDS.values():
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        cluster.wait_crds_established(crd)
     yield
     for f in files:
         cluster.kubectl("delete", "-f", str(f), "--ignore-not-found", "--wait=true")

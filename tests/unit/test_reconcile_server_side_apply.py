@@ -9,12 +9,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, applied
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.reconcile import reconcile
-from vllm_operator.write.apply import _path
+from vllm_operator.write.apply import Writer, _path, covers
 
 SETTINGS = OperatorSettings()
 SVC = _path(API_VERSION, "VLLMService", "ns", "minimal")
@@ -123,3 +125,67 @@ def test_the_autoscalers_count_is_left_to_it_once_it_owns_spec_replicas() -> Non
         if "f:replicas" in e["fieldsV1"].get("f:spec", {})
     ]
     assert HPA_MANAGER in owners, owners
+
+
+def leaves_equal_to(obj: object, value: str, at: tuple[str | int, ...] = ()) -> list[Any]:
+    """The paths (keys and list indices) of the strings in `obj` that equal `value`."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in leaves_equal_to(v, value, (*at, k))]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in leaves_equal_to(v, value, (*at, i))]
+    return [at] if obj == value else []
+
+
+def set_leaf(obj: Any, path: tuple[str | int, ...], value: str) -> None:
+    for key in path[:-1]:
+        obj = obj[key]
+    obj[path[-1]] = value
+
+
+# a string that reads as a number with an exponent no computer could expand (9 x 10^(10^12)):
+# compared as a quantity, a reconcile would never finish, and every service would stall
+HUGE = "9e999999999999"
+
+
+@pytest.mark.timeout(120, method="thread")  # a C-level stall ignores signals
+def test_strings_shaped_like_huge_numbers_are_strings_everywhere_a_user_writes_one() -> None:
+    """Every string field a user writes holds such a value; reconcile settles (the pytest
+    timeout is the bound: with the old comparison the first resync never returned) and its
+    resync writes nothing. The positive control: changing one of those strings to another
+    of the same shape is drift, written."""
+    api = settled(
+        {
+            "env": [{"name": "HUGE", "value": HUGE}, {"name": "SMALL", "value": "7e651"}],
+            "engine": {"extraArgs": ["--override-generation-config", HUGE]},
+            "nodeSelector": {"pool": HUGE},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": HUGE, "effect": "NoSchedule"}
+            ],
+            "podLabels": {"team": HUGE},
+            "podAnnotations": {"note": HUGE, "other": "1e999999999998"},
+        }
+    )
+    assert {"name": "HUGE", "value": HUGE} in container(api)["env"]
+    assert writes_of_a_resync(api) == []
+    # each place a child carries one of them, alone changed to another such string: a
+    # difference, found at once (compared as numbers, the walk would never return)
+    places = [
+        (path, leaf)
+        for path, obj in api.objects.items()
+        if path != SVC
+        for leaf in leaves_equal_to(obj, HUGE)
+    ]
+    assert {path for path, _ in places} >= {DEP}, places
+    assert len(places) >= 5, places  # env, an arg, a node selector, a toleration, a label...
+    for path, leaf in places:
+        live = api.objects[path]
+        desired = copy.deepcopy(live)
+        set_leaf(desired, leaf, "9e999999999996")
+        assert covers(live, copy.deepcopy(live)), (path, leaf)
+        assert not covers(desired, live), (path, leaf)
+    spec = api.objects[SVC]["spec"]
+    spec["env"][0]["value"] = "9e999999999998"
+    spec["podLabels"]["team"] = "9e999999999997"
+    writes = writes_of_a_resync(api)
+    assert ("PATCH", DEP) in writes, writes
+    assert {"name": "HUGE", "value": "9e999999999998"} in container(api)["env"]

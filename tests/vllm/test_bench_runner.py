@@ -129,8 +129,12 @@ def test_live_load_of_a_run_alone_is_none_in_every_scenario(full_run: dict[str, 
         assert window["foreignRequests"] == 0, (name, window)
         assert window["peakForeignInFlight"] == 0, (name, window)
         assert window["scrapeFailures"] == 0, (name, window)
-    assert live["scenarios"]["batching"]["peakRunning"] == 16  # --max-num-seqs
-    assert live["scenarios"]["batching"]["peakWaiting"] > 0
+    # sampled gauges every 0.25-0.5 s: bounds, not the exact peak (a sample can miss the
+    # instant 16 ran at once). Requests waiting prove --max-num-seqs 16 was the limit; more
+    # than one running proves the batch was seen at all.
+    batching = live["scenarios"]["batching"]
+    assert 1 < batching["peakRunning"] <= 16, batching  # --max-num-seqs
+    assert batching["peakWaiting"] > 0, batching
     assert live["quiet"] is True
 
 

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -20,12 +21,16 @@ from vllm_localenv.vllm_server import VllmServer
 
 pytestmark = pytest.mark.vllm
 
-STREAM_SECONDS = 15  # the stream's length: SIGTERM comes 3 s into it
+STREAM_SECONDS = 15  # the stream's planned length at the measured decode rate
+SIGNAL_AT_CHUNK = 8  # SIGTERM is sent by the reader once this many chunks have arrived
 
 
-def stream(url: str, max_tokens: int) -> dict[str, Any]:
+def stream(
+    url: str, max_tokens: int, on_chunk: Callable[[int], None] = lambda _n: None
+) -> dict[str, Any]:
     """One streamed completion: its chunks' finish reason, the tokens that came, [DONE] or
-    the error that ended it."""
+    the error that ended it, and when the first and the last chunk arrived. `on_chunk` is
+    called by the reader after each chunk with the count so far."""
     body = {
         "model": "tiny",
         "prompt": "Hello there",
@@ -49,6 +54,10 @@ def stream(url: str, max_tokens: int) -> dict[str, Any]:
                     choice = json.loads(line[6:])["choices"][0]
                     out["chunks"] += 1
                     out["finish"] = choice.get("finish_reason") or out["finish"]
+                    now = time.monotonic()
+                    out.setdefault("first", now)
+                    out["last"] = now
+                    on_chunk(out["chunks"])
     except Exception as exc:  # noqa: BLE001 (a cut stream: whatever the client raised)
         out["error"] = repr(exc)
     return out
@@ -61,23 +70,38 @@ def test_a_stream_in_flight_at_sigterm(tiny_model_dir: Path, tmp_path: Path, tim
     extra = ("--shutdown-timeout", str(timeout)) if timeout else ()
     server = VllmServer(model=tiny_model_dir, extra_args=extra, log_path=log)
     with server.running():
-        t0 = time.monotonic()
+        # the decode rate from the warm-up's chunks (first to last: the first-token wait and
+        # the request's set-up left out), so that the stream lasts about STREAM_SECONDS
         warm = stream(server.url, 64)
-        assert warm["done"], warm
-        tokens = max(100, min(1800, int(STREAM_SECONDS / ((time.monotonic() - t0) / 64))))
+        assert warm["done"] and warm["chunks"] > 1, warm
+        per_token = max((warm["last"] - warm["first"]) / (warm["chunks"] - 1), 1e-4)
+        tokens = max(100, min(server.max_model_len - 16, int(STREAM_SECONDS / per_token)))
+        at_signal: dict[str, Any] = {}
+
+        def signal_in_flight(chunks: int) -> None:
+            # sent by the reader itself, so the stream is in flight when it goes: the count
+            # of chunks seen then is kept as the proof
+            if chunks == SIGNAL_AT_CHUNK and not at_signal:
+                at_signal.update(chunks=chunks, at=time.monotonic())
+                server.process.send_signal(signal.SIGTERM)  # PID 1 only, as the kubelet does
+
         got: dict[str, Any] = {}
-        client = threading.Thread(target=lambda: got.update(stream(server.url, tokens)))
+        client = threading.Thread(
+            target=lambda: got.update(stream(server.url, tokens, signal_in_flight))
+        )
         client.start()
-        time.sleep(3)
-        server.process.send_signal(signal.SIGTERM)  # PID 1 only, as the kubelet does
-        signalled = time.monotonic()
-        client.join(timeout=180)
+        client.join(timeout=240)
+        assert not client.is_alive(), "the stream neither ended nor was cut in 240 s"
         server.process.wait(timeout=120)
-        ended = time.monotonic() - signalled
+        ended = time.monotonic() - at_signal["at"] if at_signal else float("nan")
     text = log.read_text(errors="replace")
     print(
-        f"\n--shutdown-timeout {timeout}: {tokens} tokens asked, {got}, exited {ended:.1f} s after"
+        f"\n--shutdown-timeout {timeout}: {tokens} tokens asked, SIGTERM at chunk "
+        f"{at_signal.get('chunks')}, {got}, exited {ended:.1f} s after"
     )
+    # the race each case depends on happened: SIGTERM went while the stream was in flight,
+    # with almost all of its tokens still to come
+    assert at_signal.get("chunks") == SIGNAL_AT_CHUNK < tokens * 0.5, (at_signal, got)
     if timeout:
         assert got["done"], (got, text[-2000:])
         assert got["finish"] == "length", got  # every token it asked for

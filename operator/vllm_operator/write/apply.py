@@ -71,25 +71,48 @@ def _quantity(value: str) -> Fraction | None:
 OMITTED_WHEN_EMPTY: tuple[object, ...] = ("", [], {})
 
 
-def covers(desired: object, live: object) -> bool:  # noqa: PLR0911
+# Where the Kubernetes schemas say a field is a resource quantity (resource.Quantity), which
+# the API server may re-spell (1000m -> 1, 1Gi stays, 2e3 -> 2k): a value directly under one
+# of these maps (a container's requests/limits, a pod's overhead, a quota's hard), or under one
+# of these keys (an emptyDir's sizeLimit, an HPA target's averageValue/value). Nowhere else is
+# a string read as a number: an env value, a label, an annotation or a revision hash such as
+# "7e65125782" is compared as the string it is.
+QUANTITY_MAPS = frozenset({"requests", "limits", "overhead", "hard", "capacity", "allocatable"})
+QUANTITY_KEYS = frozenset({"sizeLimit", "averageValue"})
+
+
+def _is_quantity_field(path: tuple[str, ...]) -> bool:
+    if not path:
+        return False
+    if path[-1] in QUANTITY_KEYS or (len(path) > 1 and path[-2] in QUANTITY_MAPS):
+        return True
+    return len(path) > 1 and path[-2] == "target" and path[-1] == "value"  # an HPA metric's
+
+
+def covers(desired: object, live: object, path: tuple[str, ...] = ()) -> bool:  # noqa: PLR0911
     """True when `live` already carries every field of `desired` (the API server may add
-    defaults; it may also re-spell quantities, e.g. 1000m -> 1)."""
+    defaults; it may also re-spell quantities, e.g. 1000m -> 1, which are compared as numbers
+    where the schema says the field is a quantity, and only there). `path` is the keys down to
+    `desired` (list items keep their list's key)."""
     if isinstance(desired, dict):
         return isinstance(live, dict) and all(
-            covers(v, live[k]) if k in live else v in OMITTED_WHEN_EMPTY for k, v in desired.items()
+            covers(v, live[k], (*path, k)) if k in live else v in OMITTED_WHEN_EMPTY
+            for k, v in desired.items()
         )
     if isinstance(desired, list):
         if not isinstance(live, list):
             return False
         if desired and all(isinstance(d, dict) and "name" in d for d in desired):
             by_name = {item.get("name"): item for item in live if isinstance(item, dict)}
-            return all(d["name"] in by_name and covers(d, by_name[d["name"]]) for d in desired)
+            return all(
+                d["name"] in by_name and covers(d, by_name[d["name"]], path) for d in desired
+            )
         return len(desired) == len(live) and all(
-            covers(d, x) for d, x in zip(desired, live, strict=True)
+            covers(d, x, path) for d, x in zip(desired, live, strict=True)
         )
     if desired == live:
         return True
-    if isinstance(desired, str) and isinstance(live, str | int):
+    if isinstance(desired, str) and isinstance(live, str | int) and _is_quantity_field(path):
         q1, q2 = _quantity(desired), _quantity(str(live))
         return q1 is not None and q1 == q2
     return False

@@ -87,6 +87,8 @@ def test_other_extra_args_are_accepted() -> None:
         ({"env": [{"name": "HF_TOKEN", "value": "x"}]}, "HF_TOKEN"),
         ({"env": [{"name": "VLLM_API_KEY", "value": "x"}]}, "VLLM_API_KEY"),
         ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "duplicate"),
+        ({"resources": {"memory": "9e999999999999"}}, "resources.memory"),
+        ({"engine": {"kvCacheMemory": "7e65125782"}}, "kvCacheMemory"),
     ],
     ids=[
         "negative-memory",
@@ -100,8 +102,11 @@ def test_other_extra_args_are_accepted() -> None:
         "env-hf-token",
         "env-api-key",
         "env-duplicate",
+        "memory-exponent-beyond-a-quantity",
+        "kv-cache-exponent-beyond-a-quantity",
     ],
 )
+@pytest.mark.timeout(60, method="thread")  # computed, the huge exponents would never finish
 def test_values_the_children_would_refuse_are_refused(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         with_spec(spec)

@@ -126,7 +126,8 @@ def test_desired_fields_missing_from_live() -> None:
     ],
 )
 def test_quantities_spelled_differently_are_equal(desired: str, live: object) -> None:
-    assert covers(desired, live)
+    assert covers(desired, live, ("resources", "limits", "memory"))
+    assert covers(desired, live, ("emptyDir", "sizeLimit"))
     assert covers(
         {"resources": {"limits": {"memory": desired}}}, {"resources": {"limits": {"memory": live}}}
     )
@@ -138,6 +139,36 @@ def test_quantities_spelled_differently_are_equal(desired: str, live: object) ->
 )
 def test_different_quantities_and_strings_differ(desired: str, live: str) -> None:
     assert not covers(desired, live)
+    assert not covers(desired, live, ("resources", "requests", "cpu"))
+
+
+@pytest.mark.parametrize(
+    ("desired", "live"),
+    [("1000m", "1"), ("1e3", "1k"), ("7e65125782", "7e65125783"), ("1", "1.0")],
+)
+def test_strings_outside_quantity_fields_are_compared_as_strings(desired: str, live: str) -> None:
+    """Only where the schema says quantity: an env value, a label, an annotation (a revision
+    hash such as 7e65125782) is the string it is."""
+    for path in [
+        ("spec", "template", "spec", "containers", "env", "value"),
+        ("metadata", "labels", "vllm-operator.dev/revision"),
+        ("metadata", "annotations", "vllm-operator.dev/desired-hash"),
+        ("spec", "template", "spec", "containers", "args"),
+    ]:
+        assert not covers(desired, live, path)
+
+
+@pytest.mark.timeout(60, method="thread")  # a C-level stall ignores signals
+def test_a_huge_exponent_is_refused_before_any_arithmetic() -> None:
+    """A quantity field holding 9e999999999999 (which, computed, would never finish) is not a
+    quantity: refused at once, so it is a difference, not a stall."""
+    assert not covers("9e999999999999", "9e999999999998", ("resources", "limits", "memory"))
+    assert not covers("1e-999999999999", "1n", ("resources", "limits", "memory"))
+    assert covers("1e64", "1e64", ("resources", "limits", "memory"))  # the same string
+    assert covers("1e99", "10e98", ("resources", "limits", "memory"))  # the bound itself (99)
+    # the stall as it was seen: a revision label shaped like a number, first in the walk
+    desired = {"metadata": {"labels": {"vllm-operator.dev/revision": "9e999999999999"}}}
+    assert not covers(desired, {"metadata": {"labels": {"vllm-operator.dev/revision": "abc"}}})
 
 
 def test_name_keyed_lists_match_by_name_in_any_order() -> None:
@@ -185,11 +216,16 @@ def test_plain_lists_compare_in_order_and_by_length() -> None:
 
 
 def test_int_and_string_handling() -> None:
-    """As implemented: a desired string is compared as a quantity against a live string or
-    int; a desired int must equal the live value (Python equality, so 1 == True == 1.0)."""
-    assert covers("8", 8)
-    assert covers("8", "08")
-    assert covers("0.9", "0.90")
+    """As implemented: in a quantity field a desired string is compared as a quantity against
+    a live string or int (elsewhere as the string it is); a desired int must equal the live
+    value (Python equality, so 1 == True == 1.0)."""
+    q = ("resources", "limits", "cpu")
+    assert covers("8", 8, q)
+    assert covers("8", "08", q)
+    assert covers("0.9", "0.90", q)
+    assert not covers("8", 8)
+    assert not covers("8", "08")
+    assert not covers("8", 8.0, q)  # a float is never parsed as a quantity
     assert not covers(8, "8")
     assert not covers("8", 8.0)  # a float is never parsed as a quantity
     assert covers(8, 8.0)
