@@ -81,7 +81,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_localenv.cluster import REPO_ROOT, ClusterError, GpuNode, LocalCluster, Ports
+from vllm_localenv.cluster import REPO_ROOT, GpuNode, LocalCluster, Ports
 from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess
 
 GROUP, VERSION, PLURAL = "serving.vllm-operator.dev", "v1alpha1", "vllmservices"

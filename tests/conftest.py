@@ -50,12 +50,12 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     # pods are refused until the ServiceAccount controller has made "default" in it (seconds
     # on a loaded machine)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while not core.list_namespaced_service_account(
         name, field_selector="metadata.name=default"
     ).items:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no default ServiceAccount in {name} after 60 s")
+            raise TimeoutError(f"no default ServiceAccount in {name} after 180 s")
         time.sleep(0.2)
     yield name
     core.delete_namespace(name)

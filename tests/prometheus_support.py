@@ -57,7 +57,7 @@ def running_prometheus(tmp: Path, config_text: str) -> Iterator[str]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while True:
             with (
                 contextlib.suppress(OSError),
@@ -76,14 +76,15 @@ def running_prometheus(tmp: Path, config_text: str) -> Iterator[str]:
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:
     q = urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=60) as r:
         doc = json.loads(r.read())
     assert doc["status"] == "success", doc
     return list(doc["data"]["result"])
 
 
-def without_data(url: str, exprs: list[str], timeout: float = 60) -> list[str]:
-    """The expressions that still return nothing after `timeout` seconds."""
+def without_data(url: str, exprs: list[str], timeout: float = 180) -> list[str]:
+    """The expressions that still return nothing after `timeout` seconds (generous: scrapes
+    and rule evaluations lag on a loaded machine, and it returns once all have data)."""
     deadline = time.monotonic() + timeout
     empty = exprs
     while True:

@@ -7,7 +7,8 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -31,7 +32,15 @@ def setup_missing(message: str) -> NoReturn:
     pytest.skip(message)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
+# the default deadline of a wait: the event usually comes in seconds, but on a loaded 2-core CI
+# machine a reconcile, a kwok pod or a scrape can take a minute (a wait returns as soon as it
+# comes, so a generous bound costs nothing when all is well)
+WAIT_SECONDS = 180
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = WAIT_SECONDS, every: float = 0.5
+) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -114,6 +123,58 @@ def reconciles_seen(events: list[dict[str, Any]]) -> int:
     return sum(
         1 for e in events if e["verb"] == "get" and e["objectRef"].get("resource") == "deployments"
     )
+
+
+def deployment_reads(events: list[dict[str, Any]]) -> Counter[str]:
+    """Reconciles in an audit excerpt, by service: each reads its Deployment (the service's
+    name) once from the API server (the second look, after writes, is the watch cache's)."""
+    return Counter(
+        str(e["objectRef"].get("name"))
+        for e in events
+        if e["verb"] == "get" and e["objectRef"].get("resource") == "deployments"
+    )
+
+
+def wait_reconciled(
+    cluster: LocalCluster,
+    username: str,
+    namespace: str,
+    names: Sequence[str],
+    times: int,
+    since: float,
+    timeout: float = WAIT_SECONDS,
+) -> list[dict[str, Any]]:
+    """Waits until `username` (an operator) has run `times` whole reconciles of each service
+    of `names` after `since` (epoch seconds), as the API server's audit log records them:
+    evidence that the operator ran, not a pause. A service's reconciles never overlap (the
+    work queue hands its key to one worker at a time), so the Deployment read of reconcile
+    `times + 1` ends reconcile `times`. Returns what `username` did in `namespace` since."""
+
+    def seen() -> list[dict[str, Any]] | None:
+        mine = audit(cluster.audit_log, username, namespace, since)
+        reads = deployment_reads(mine)
+        return mine if all(reads[n] > times for n in names) else None
+
+    return list(
+        wait_for(f"{times} reconciles of each of {list(names)} by {username}", seen, timeout)
+    )
+
+
+def quiet_window(
+    cluster: LocalCluster,
+    username: str,
+    namespace: str,
+    names: Sequence[str],
+    reconciles: int = 3,
+    timeout: float = WAIT_SECONDS,
+) -> list[dict[str, Any]]:
+    """What `username` did in `namespace` over `reconciles` whole reconciles of each service of
+    `names` (see wait_reconciled), for a caller that asserts it wrote nothing. First the work in
+    flight settles: one whole reconcile of each service from now (so a reconcile under way now
+    has ended, and the Events it handed over, posted beside the reconciles, have had a resync
+    period to go out), then the window opens and lasts until `reconciles` more have ended."""
+    wait_reconciled(cluster, username, namespace, names, 1, time.time(), timeout)
+    return wait_reconciled(cluster, username, namespace, names, reconciles, time.time(), timeout)
 
 
 def stream_completion(url: str, max_tokens: int = 16) -> None:

@@ -868,9 +868,18 @@ class LocalCluster:
             plural, _, group = name.partition(".")
             while True:
                 res = subprocess.run(
-                    [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}",
-                     "get", f"crd/{name}", "-o", "json"],
-                    capture_output=True, text=True, timeout=30, check=False,
+                    [
+                        str(self.bin_dir / "kubectl"),
+                        f"--kubeconfig={self.kubeconfig}",
+                        "get",
+                        f"crd/{name}",
+                        "-o",
+                        "json",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
                 )
                 established = False
                 if res.returncode == 0:
@@ -881,9 +890,20 @@ class LocalCluster:
                     )
                 if established:
                     served = subprocess.run(
-                        [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}",
-                         "get", f"{plural}.{group}", "-A", "--request-timeout=10s", "-o", "name"],
-                        capture_output=True, text=True, timeout=30, check=False,
+                        [
+                            str(self.bin_dir / "kubectl"),
+                            f"--kubeconfig={self.kubeconfig}",
+                            "get",
+                            f"{plural}.{group}",
+                            "-A",
+                            "--request-timeout=10s",
+                            "-o",
+                            "name",
+                        ],
+                        capture_output=True,
+                        text=True,
+                        timeout=30,
+                        check=False,
                     )
                     if served.returncode == 0:
                         break

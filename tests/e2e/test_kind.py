@@ -86,7 +86,9 @@ def test_kind_serves_and_benchmarks_a_cpu_service(tmp_path: Path) -> None:
         jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
         deadline = time.monotonic() + 120
         while (
-            kubectl("get", "crd/vllmservices.serving.vllm-operator.dev", "-o", f"jsonpath={jsonpath}")
+            kubectl(
+                "get", "crd/vllmservices.serving.vllm-operator.dev", "-o", f"jsonpath={jsonpath}"
+            )
             != "True"
         ):
             assert time.monotonic() < deadline, "the VLLMService CRD was not Established in 120 s"

@@ -11,13 +11,12 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import setup_missing
+from tests.support import setup_missing, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "build-images.sh"
@@ -167,11 +166,25 @@ def test_pause_image_blocks_until_sigterm(built: dict[str, dict[str, object]]) -
         assert config["OCIv1"]["config"]["Entrypoint"] == ["/pause"]
         # the static binary runs anywhere, so run it here and signal it as the runtime would
         proc = subprocess.Popen([str(root / "pause")])
+        command = f"{root / 'pause'}\0"  # its argv once exec'd (the forked child's is Python's)
+
+        def blocked() -> bool:
+            """The binary runs (exec'd) and sleeps, or it is gone (the assertion says so)."""
+            try:
+                cmdline = Path(f"/proc/{proc.pid}/cmdline").read_text()
+                stat = Path(f"/proc/{proc.pid}/stat").read_text()
+            except OSError:
+                return True
+            state = stat.rsplit(")", 1)[1].split()[0]
+            return state == "Z" or (cmdline == command and state == "S")
+
         try:
-            time.sleep(0.5)
+            # the positive control: the pause binary itself is running and blocked, not the
+            # moment before its exec
+            wait_for("pause to block", blocked, timeout=60, every=0.1)
             assert proc.poll() is None, "pause exited on its own"
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=10) == 0
+            assert proc.wait(timeout=60) == 0
         finally:
             proc.kill()
             proc.wait()

@@ -28,6 +28,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from tests.prometheus_support import query
+from tests.support import wait_for
 from tests.unit.builders import service
 from vllm_localenv.cluster import DEFAULT_BIN_DIR, LocalCluster, Ports
 from vllm_localenv.monitoring import (
@@ -57,6 +59,7 @@ class Rig:
     cluster: LocalCluster
     load: Load
     auto: client.AutoscalingV2Api
+    prometheus: str  # its URL
 
 
 def _handler(load: Load) -> type[BaseHTTPRequestHandler]:
@@ -174,7 +177,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
                 assert m is not None
                 m["metadata"].pop("ownerReferences")  # no VLLMService object here
             lc.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
-            yield Rig(lc, load, client.AutoscalingV2Api(api))
+            yield Rig(
+                lc, load, client.AutoscalingV2Api(api), f"http://127.0.0.1:{free.etcd_client}"
+            )
         finally:
             stop.set()
             for p in procs:
@@ -225,17 +230,26 @@ def test_band_scales_up_above_holds_inside_and_scales_down_after_the_window(rig:
         rig,
         "ScalingActive=True at 2 replicas",
         lambda v: v.scaling_active == "True/ValidMetricFound" and v.current == 2,
-        timeout=120,
+        timeout=180,
     )
     # 100 queued over 2 pods (50 each, above 20): scale up to ceil(2 x 50 / 20) = 5
     rig.load.total = 100
-    up, view = wait(rig, "a scale-up decision", lambda v: v.desired > 2, timeout=60)
+    up, view = wait(rig, "a scale-up decision", lambda v: v.desired > 2, timeout=180)
     assert view.desired == 5, view
     print(f"\nsustained queue -> scale-up decision: {up:.1f} s (HPA sync 5 s)")
-    _, view = wait(rig, "5 pods at the target", lambda v: v.current == 5 and v.metric == "20", 60)
+    _, view = wait(rig, "5 pods at the target", lambda v: v.current == 5 and v.metric == "20", 180)
     # 60 queued over 5 pods (12 each, inside (2, 20]): the band metric stays at the target, so
-    # the HPA holds (on the raw queue it would go to ceil(5 x 12 / 20) = 3)
+    # the HPA holds (on the raw queue it would go to ceil(5 x 12 / 20) = 3). The hold is timed
+    # from when Prometheus holds the new queue (the band's input changed: the positive control)
     rig.load.total = 60
+    wait_for(
+        "Prometheus to record the queue of 60",
+        lambda: [
+            r
+            for r in query(rig.prometheus, f'sum(vllm:num_requests_waiting{{namespace="{NS}"}})')
+            if float(r["value"][1]) == 60
+        ],
+    )
     t0 = time.monotonic()
     while time.monotonic() - t0 < WINDOW + 15:
         view = hpa(rig)
@@ -244,7 +258,7 @@ def test_band_scales_up_above_holds_inside_and_scales_down_after_the_window(rig:
     assert view.metric == "20", view
     # 5 queued (1 per pod, at or below 2): down only once the whole window saw it
     rig.load.total = 5
-    down, view = wait(rig, "a scale-down decision", lambda v: v.desired < v.current, timeout=120)
+    down, view = wait(rig, "a scale-down decision", lambda v: v.desired < v.current, timeout=180)
     assert view.desired == 4, view  # one pod a minute (the rendered scale-down policy)
     assert down >= WINDOW - 2, f"scaled down after {down:.1f} s, before the {WINDOW} s window"
     print(f"queue at/below 2 -> scale-down decision: {down:.1f} s (window {WINDOW} s)")

@@ -36,7 +36,7 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
     m["spec"]["benchmark"] = {"enabled": False}
     m["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 6}
     apply(cluster, namespace, m)
-    wait_for("scaled Ready", lambda: ready(cluster, namespace, "scaled"), timeout=90)
+    wait_for("scaled Ready", lambda: ready(cluster, namespace, "scaled"))
     # the positive control: created at minReplicas, replicas are the operator's
     assert operator_owns_replicas(cluster, namespace, "scaled")
     # what the HPA controller does when it scales: the Deployment's scale subresource
@@ -49,7 +49,6 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
             .get("readyReplicas")
             == 4
         ),
-        timeout=90,
     )
     # the hand-over: the operator's next apply leaves replicas out (the scale's manager owns
     # them), so no apply of a count read before a scale can undo it. Evidence that the apply
@@ -57,7 +56,6 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
     wait_for(
         "the operator's apply no longer owns spec.replicas",
         lambda: not operator_owns_replicas(cluster, namespace, "scaled"),
-        timeout=60,
     )
     assert get(cluster, namespace, "deployment", "scaled")["spec"]["replicas"] == 4
     cluster.kubectl(
@@ -74,7 +72,6 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
     wait_for(
         "the HPA pruned",
         lambda: get(cluster, namespace, "hpa", "scaled") is None,
-        timeout=60,
     )
     svc = wait_for(
         "the status of generation 2",
@@ -83,7 +80,6 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
             and s.get("status", {}).get("observedGeneration") == 2
             and s
         ),
-        timeout=60,
     )
     dep = get(cluster, namespace, "deployment", "scaled")
     assert dep["spec"]["replicas"] == 4
@@ -96,5 +92,4 @@ def test_switching_autoscaling_off_keeps_the_hpa_count_until_spec_replicas_chang
     wait_for(
         "spec.replicas applied",
         lambda: get(cluster, namespace, "deployment", "scaled")["spec"]["replicas"] == 2,
-        timeout=60,
     )

@@ -34,7 +34,7 @@ NAME = "tinyllama"
 
 def _query(prometheus: str, promql: str) -> list[dict[str, Any]]:
     url = f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=60) as r:
         return list(json.load(r)["data"]["result"])
 
 
@@ -90,7 +90,7 @@ def test_autoscaler_and_monitoring_state_reach_the_status(
     }
     # the operator's gauge, as the cluster's Prometheus scraped it from the host operator
     gauge = f'vllm_operator_autoscaler_scaling_active{{namespace="{namespace}"}}'
-    series = wait_for("the gauge in Prometheus", lambda: _query(cluster.prometheus_url, gauge), 60)
+    series = wait_for("the gauge in Prometheus", lambda: _query(cluster.prometheus_url, gauge))
     assert [(s["metric"]["service"], s["value"][1]) for s in series] == [(NAME, "0")]
 
     # no Prometheus Operator: said in the status, nothing rendered

@@ -32,11 +32,10 @@ def test_the_run_measures_the_oldest_ready_pod_and_fails_when_it_goes_away(
     body["metadata"]["name"] = NAME
     body["spec"]["replicas"] = 2
     apply(cluster, namespace, body)
-    wait_for("the service Ready", lambda: ready(cluster, namespace, NAME), timeout=120)
+    wait_for("the service Ready", lambda: ready(cluster, namespace, NAME))
     bench = wait_for(
         "the run's pod in the status",
         lambda: (b := _bench(cluster, namespace)).get("targetPod") and b,
-        timeout=90,
     )
     pods = items(cluster, namespace, "pods", SERVER)
     assert len(pods) == 2
@@ -56,7 +55,6 @@ def test_the_run_measures_the_oldest_ready_pod_and_fails_when_it_goes_away(
     failed = wait_for(
         "the run failed",
         lambda: (b := _bench(cluster, namespace)).get("state") == "Failed" and b,
-        timeout=90,
     )
     svc = get(cluster, namespace, "vllmservice", NAME)
     complete = next(c for c in svc["status"]["conditions"] if c["type"] == "BenchmarkComplete")
@@ -68,7 +66,6 @@ def test_the_run_measures_the_oldest_ready_pod_and_fails_when_it_goes_away(
     wait_for(
         "the run's Job stopped",
         lambda: get(cluster, namespace, "job", bench["job"]) is None,
-        timeout=90,
     )
     # the service itself stays Ready (the Deployment replaces the pod)
-    wait_for("the service Ready again", lambda: ready(cluster, namespace, NAME), timeout=120)
+    wait_for("the service Ready again", lambda: ready(cluster, namespace, NAME))

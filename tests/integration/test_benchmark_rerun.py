@@ -35,7 +35,7 @@ def test_the_rerun_annotation_starts_a_fresh_run_despite_the_finished_job(
     m["metadata"]["name"] = "rerun"
     m["spec"]["benchmark"] = {"args": ["--requests", "2"]}
     apply(cluster, namespace, m)
-    svc = wait_for("rerun Ready", lambda: ready(cluster, namespace, "rerun"), timeout=90)
+    svc = wait_for("rerun Ready", lambda: ready(cluster, namespace, "rerun"))
     first_name = f"rerun-bench-{svc['status']['revision'][:8]}"
     first = wait_for("the first Job", lambda: get(cluster, namespace, "job", first_name))
     assert benchjob.play(cluster, namespace, first, NOWHERE, tmp_path / "1") != 0
@@ -85,7 +85,7 @@ def test_the_rerun_annotation_starts_a_fresh_run_despite_the_finished_job(
             None,
         )
 
-    second = wait_for("a fresh Job for the re-run", second_job, timeout=60)
+    second = wait_for("a fresh Job for the re-run", second_job)
     assert get(cluster, namespace, "job", first_name) is not None  # still lingering
     status = wait_for(
         "the status on the re-run",
@@ -100,7 +100,6 @@ def test_the_rerun_annotation_starts_a_fresh_run_despite_the_finished_job(
             == second["metadata"]["name"]
             else None
         ),
-        timeout=60,
     )
     assert status["state"] == "Running"
     # the earlier run stays in the history

@@ -234,7 +234,7 @@ class ChartOperator:
                 env=env,
                 cwd=REPO_ROOT,
             )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # (an import-heavy start on a loaded machine)
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise ClusterError(f"operator exited: {self.log.read_text()[-3000:]}")

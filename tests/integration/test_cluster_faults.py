@@ -66,7 +66,7 @@ def test_a_component_exiting_at_start_up_shows_its_log(tmp_path: Path) -> None:
 
 
 def test_down_never_kills_a_process_it_did_not_start(tmp_path: Path) -> None:
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         state = tmp_path / "s"
         state.mkdir()

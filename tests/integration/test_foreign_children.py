@@ -99,14 +99,13 @@ def test_a_foreign_service_of_the_same_name_is_left_alone_and_named_in_the_statu
             == "NotOwned"
             and c
         ),
-        timeout=90,
     )
     assert refused["status"] == "False"
     assert refused["message"].startswith(
         "Service minimal exists and is not owned by this VLLMService"
     )
     # retried with back-off meanwhile; the Service is as its owner made it
-    wait_for("a NotOwned event", lambda: warnings(cluster, namespace, "NotOwned"), timeout=30)
+    wait_for("a NotOwned event", lambda: warnings(cluster, namespace, "NotOwned"))
     after = get(cluster, namespace, "service", "minimal")
     untouched(after, before)
     assert after is not None
@@ -114,7 +113,7 @@ def test_a_foreign_service_of_the_same_name_is_left_alone_and_named_in_the_statu
     assert len(warnings(cluster, namespace, "NotOwned")) == 1
     # its owner deletes it: the operator's own Service is created and the service serves
     cluster.kubectl("delete", "service", "minimal", "-n", namespace)
-    wait_for("Ready", lambda: ready(cluster, namespace, "minimal"), timeout=120)
+    wait_for("Ready", lambda: ready(cluster, namespace, "minimal"))
     mine = get(cluster, namespace, "service", "minimal")
     assert mine is not None
     assert mine["metadata"]["ownerReferences"][0]["kind"] == "VLLMService"
@@ -136,7 +135,6 @@ def test_a_foreign_hpa_of_the_same_name_is_left_alone_and_the_service_still_serv
             and condition(s, "ChildrenSynced").get("reason") == "NotOwned"
             and s
         ),
-        timeout=120,
     )
     synced = condition(svc, "ChildrenSynced")
     assert synced["status"] == "False"

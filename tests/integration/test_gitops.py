@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def test_a_reconciled_sample_shows_no_server_side_diff(
     # the GPU samples run on the simulated GPU nodes; the CPU one (no node for it here) only
     # has to be reconciled: its spec is what a diff compares
     if sample(name)["spec"].get("resources", {}).get("gpus", 1) > 0:
-        wait_for(f"{name} Ready", lambda: ready(cluster, namespace, name), timeout=90)
+        wait_for(f"{name} Ready", lambda: ready(cluster, namespace, name))
     else:
         wait_for(f"{name} reconciled", lambda: reconciled(cluster, namespace, name))
     before = get(cluster, namespace, "vllmservice", name)
@@ -77,23 +78,29 @@ def test_a_reconciled_sample_shows_no_server_side_diff(
 
 
 class Watch:
-    """Every version of one VLLMService, from a `kubectl get -w` stream."""
+    """Every version of one VLLMService, from a watch of the API server that starts at the
+    namespace's list version read before the object is made: it sees the first version
+    whenever the watching kubectl gets going (a `kubectl get -w` starting late, on a loaded
+    machine, lists an object the operator may already have reconciled)."""
 
     def __init__(self, cluster: LocalCluster, namespace: str, name: str) -> None:
         self.seen: list[dict[str, Any]] = []
+        path = f"/apis/serving.vllm-operator.dev/v1alpha1/namespaces/{namespace}/vllmservices"
+        listed = json.loads(cluster.kubectl("get", "--raw", path))  # the server's own list
+        query = urllib.parse.urlencode(
+            {
+                "watch": "true",
+                "fieldSelector": f"metadata.name={name}",
+                "resourceVersion": listed["metadata"]["resourceVersion"],
+            }
+        )
         self._proc = subprocess.Popen(
             [
                 str(cluster.bin_dir / "kubectl"),
                 f"--kubeconfig={cluster.kubeconfig}",
                 "get",
-                "vllmservices",
-                # a list-watch: it starts before the object exists and sees its first version
-                f"--field-selector=metadata.name={name}",
-                "-n",
-                namespace,
-                "-w",
-                "-o",
-                "json",
+                "--raw",
+                f"{path}?{query}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -108,10 +115,11 @@ class Watch:
         for line in self._proc.stdout:
             buf += line
             try:
-                obj, end = decoder.raw_decode(buf.strip())
+                event, end = decoder.raw_decode(buf.strip())
             except json.JSONDecodeError:
                 continue
-            self.seen.append(obj)
+            if event.get("type") in ("ADDED", "MODIFIED"):
+                self.seen.append(event["object"])
             buf = buf.strip()[end:]
 
     def stop(self) -> None:
@@ -145,7 +153,7 @@ def test_argocd_health_and_kstatus_follow_a_service_through_its_life(
     watch = Watch(cluster, namespace, "life")
     try:
         apply(cluster, namespace, m)
-        wait_for("life Ready", lambda: ready(cluster, namespace, "life"), timeout=90)
+        wait_for("life Ready", lambda: ready(cluster, namespace, "life"))
         # Suspended: scaled to zero on purpose
         cluster.kubectl(
             "patch",

@@ -91,7 +91,7 @@ def test_the_server_filters_the_watch_and_unowned_objects_never_arrive(
     )
     informer.start()
     try:
-        assert informer.synced.wait(30)
+        assert informer.synced.wait(120)
         assert informer.keys() == [(namespace, "ours-before")]
         listed = informer.get(namespace, "ours-before")
         assert listed is not None
@@ -101,14 +101,21 @@ def test_the_server_filters_the_watch_and_unowned_objects_never_arrive(
         _configmap(core, namespace, "theirs-after", {})
         _configmap(core, namespace, "ours-after", OURS)
         # the positive control: the watch delivered an object created after the unowned one
-        # (events come in resourceVersion order: had the unowned one been sent, it came first)
-        wait_for("ours-after in the cache", lambda: informer.get(namespace, "ours-after"))
+        # (events come in resourceVersion order: had the unowned one been sent, it came first;
+        # the callback runs a moment after the cache holds the object)
+        wait_for(
+            "ours-after in the cache and its event",
+            lambda: informer.get(namespace, "ours-after") and len(events) >= 2,
+        )
         assert events == [("ADDED", "ours-before"), ("ADDED", "ours-after")]
 
         core.patch_namespaced_config_map("ours-after", namespace, {"data": {"k": "w"}})
         core.patch_namespaced_config_map("theirs-after", namespace, {"data": {"k": "w"}})
         core.delete_namespaced_config_map("ours-before", namespace)
-        wait_for("the deletion", lambda: informer.get(namespace, "ours-before") is None)
+        wait_for(
+            "the deletion and its event",
+            lambda: informer.get(namespace, "ours-before") is None and len(events) >= 4,
+        )
         after = informer.get(namespace, "ours-after")
         assert after is not None
         assert after["data"] == {"k": "w"}
@@ -152,7 +159,7 @@ def test_the_cache_answers_reads_only_once_synced_and_names_the_owner(
     _configmap(core, namespace, "run-1", OURS)
     cache.start()
     try:
-        assert cache.wait_synced(30)
+        assert cache.wait_synced(120)
         held, obj = cache.lookup("v1", "ConfigMap", namespace, "run-1")
         assert held
         assert obj is not None
@@ -166,7 +173,9 @@ def test_the_cache_answers_reads_only_once_synced_and_names_the_owner(
         assert cache.select("v1", "ConfigMap", namespace, f"{SERVICE_LABEL} in (svc)") is None
         # a namespace no watch covers: not answered from the cache
         assert cache.lookup("v1", "ConfigMap", "elsewhere", "run-1") == (False, None)
-        assert owners == [(namespace, "svc")]  # the initial list names the owner
+        # the initial list names the owner (its callback runs a moment after the sync)
+        wait_for("the owner of run-1", lambda: owners)
+        assert owners == [(namespace, "svc")]
         _configmap(core, namespace, "run-2", {**OURS, SERVICE_LABEL: "svc-2"})
         wait_for("the owner of run-2", lambda: (namespace, "svc-2") in owners)
     finally:
@@ -180,11 +189,11 @@ def test_a_watch_from_a_compacted_version_relists(
     returns to relist instead of failing or resuming from nothing."""
     kube, _ = watcher
     core = client.CoreV1Api(api_client)
-    informer = Informer(kube, "v1", "ConfigMap", namespace, timeout_seconds=10)
+    informer = Informer(kube, "v1", "ConfigMap", namespace, timeout_seconds=120)
     informer._version = "1"  # long compacted away on any cluster that has run a while
     started = time.monotonic()
     informer._watch()  # returns (relist) rather than raising or waiting out the timeout
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # (the 120 s timeout: far from a loaded 410)
     _configmap(core, namespace, "after-gone", OURS)
     informer._list()
     assert informer.keys() == [(namespace, "after-gone")]

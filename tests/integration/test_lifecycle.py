@@ -18,7 +18,7 @@ def test_a_service_deleted_while_the_operator_is_down_goes_with_its_children(
     operator: OperatorProcess, cluster: LocalCluster, namespace: str
 ) -> None:
     apply(cluster, namespace, sample("minimal"))
-    wait_for("Ready", lambda: ready(cluster, namespace, "minimal"), timeout=90)
+    wait_for("Ready", lambda: ready(cluster, namespace, "minimal"))
     since = time.time()
     # the drift timer ran meanwhile (in kopf, a timer is what brought a finalizer in)
     wait_for(
@@ -34,7 +34,6 @@ def test_a_service_deleted_while_the_operator_is_down_goes_with_its_children(
         wait_for(
             "the service to be gone",
             lambda: get(cluster, namespace, "vllmservice", "minimal") is None,
-            timeout=30,
         )
         wait_for(
             "its children to be garbage-collected",
@@ -42,7 +41,6 @@ def test_a_service_deleted_while_the_operator_is_down_goes_with_its_children(
                 get(cluster, namespace, "deployment", "minimal") is None
                 and get(cluster, namespace, "service", "minimal") is None
             ),
-            timeout=60,
         )
     finally:
         operator.start()

@@ -14,7 +14,21 @@ from typing import Any
 
 import pytest
 
-from tests.support import SAMPLES, apply, condition, container, get, items, ready, sample, wait_for
+from tests.support import (
+    SAMPLES,
+    WRITE_VERBS,
+    apply,
+    condition,
+    container,
+    deployment_reads,
+    get,
+    items,
+    quiet_window,
+    ready,
+    sample,
+    wait_for,
+    wait_reconciled,
+)
 from vllm_localenv.cluster import AUDITED_NAMESPACE, LocalCluster
 from vllm_localenv.operator_process import OPERATOR_NAMESPACE, OperatorProcess
 from vllm_operator.runtime.informer import MANAGED_SELECTOR
@@ -24,7 +38,7 @@ SELECTOR = "serving.vllm-operator.dev/service"
 
 
 def wait_ready(
-    cluster: LocalCluster, namespace: str, name: str, timeout: float = 90
+    cluster: LocalCluster, namespace: str, name: str, timeout: float = 300
 ) -> dict[str, Any]:
     return dict(wait_for(f"{name} Ready", lambda: ready(cluster, namespace, name), timeout))
 
@@ -97,16 +111,10 @@ def test_cpu_sample_renders_a_pod_without_gpus(
     assert pod_spec["tolerations"] == [kwok]  # no GPU toleration added
     assert "nodeSelector" not in pod_spec
     # what the operator renders is what the API server keeps (the fieldRef's defaulted
-    # apiVersion, the limits): a resync writes nothing
-    time.sleep(operator.resync_seconds + 2)
-    since = time.time()
-    time.sleep(operator.resync_seconds * 2 + 1)
-    writes = [
-        (e["verb"], e["objectRef"])
-        for e in _requests_by(cluster.audit_log, operator.username, since)
-        if e["objectRef"].get("namespace") == namespace
-        and e["verb"] in ("create", "update", "patch", "delete")
-    ]
+    # apiVersion, the limits): a resync writes nothing, over two whole drift-timer reconciles
+    # that the audit log shows ran (the positive control: with no operator the wait fails)
+    mine = quiet_window(cluster, operator.username, namespace, ["tiny-cpu"], reconciles=2)
+    writes = [(e["verb"], e["objectRef"]) for e in mine if e["verb"] in WRITE_VERBS]
     assert writes == []
 
 
@@ -193,9 +201,10 @@ def test_switching_autoscaling_off_prunes_the_hpa_and_keeps_replicas(
 ) -> None:
     apply(cluster, namespace, sample("tinyllama"))
     wait_ready(cluster, namespace, "tinyllama")
-    # the HPA owns replicas: a change it makes is not reverted by the operator
+    # the HPA owns replicas: a change it makes is not reverted by the operator, through two
+    # whole reconciles of the scaled Deployment (the audit log's evidence that they ran)
     cluster.kubectl("scale", "deployment", "tinyllama", "-n", namespace, "--replicas=3")
-    time.sleep(operator.resync_seconds * 2 + 1)
+    wait_reconciled(cluster, operator.username, namespace, ["tinyllama"], 2, time.time())
     dep = get(cluster, namespace, "deployment", "tinyllama")
     assert dep is not None
     assert dep["spec"]["replicas"] == 3
@@ -275,7 +284,7 @@ def test_drift_is_restored(
             and get(cluster, namespace, "service", "minimal")
         )
 
-    wait_for("the edited Deployment and the deleted Service to be restored", restored, timeout=30)
+    wait_for("the edited Deployment and the deleted Service to be restored", restored)
     cluster.kubectl("delete", "deployment", "minimal", "-n", namespace)
     wait_for(
         "the deleted Deployment to be recreated",
@@ -283,7 +292,6 @@ def test_drift_is_restored(
             (d := get(cluster, namespace, "deployment", "minimal"))
             and not d["metadata"].get("deletionTimestamp")
         ),
-        timeout=30,
     )
     wait_ready(cluster, namespace, "minimal")
 
@@ -367,20 +375,43 @@ def test_a_no_op_resync_makes_zero_writes(
         active = conds.get("AutoscalingActive", {})
         return active.get("reason") not in (None, "Pending", "HorizontalPodAutoscalerMissing")
 
-    wait_for("tinyllama's HPA to be evaluated", hpa_evaluated, timeout=60)
-    time.sleep(operator.resync_seconds + 2)  # let in-flight work settle
-    since = time.time()
-    time.sleep(operator.resync_seconds * 3 + 1)  # at least three drift timer runs per service
-    mine = [
-        e
-        for e in _requests_by(cluster.audit_log, operator.username, since)
-        if e["objectRef"].get("namespace") == namespace
-    ]
-    writes = [e for e in mine if e["verb"] in ("create", "update", "patch", "delete")]
+    wait_for("tinyllama's HPA to be evaluated", hpa_evaluated)
+    # the in-flight work settles, then at least three drift-timer runs per service, each seen
+    # in the audit log (the reconciles did run in that window: each read its Deployment)
+    mine = quiet_window(cluster, operator.username, namespace, names, reconciles=3)
+    writes = [e for e in mine if e["verb"] in WRITE_VERBS]
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
-    # the reconciles did run in that window: each read its Deployment at least 3 times
-    reads = [e["objectRef"]["name"] for e in mine if e["verb"] == "get"]
-    assert all(reads.count(n) >= 3 for n in names), reads
+    reads = deployment_reads(mine)
+    assert all(reads[n] >= 3 for n in names), reads
+
+
+def _logged_past(cluster: LocalCluster, namespace: str, mark: str, since: float) -> None:
+    """Annotates `namespace` with `mark` and waits until the audit log records it: every
+    request that completed before `since` is logged by then (the API server writes each event
+    as its request completes, before answering)."""
+    key = "test.vllm-operator.dev/audit-mark"
+    cluster.kubectl("annotate", "namespace", namespace, f"{key}={mark}", "--overwrite")
+
+    def logged() -> bool:
+        for line in cluster.audit_log.read_text(errors="replace").splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:  # a line still being written
+                continue
+            ref = e.get("objectRef", {})
+            if (
+                e.get("verb") == "patch"
+                and ref.get("resource") == "namespaces"
+                and ref.get("name") == namespace
+                and dt.datetime.fromisoformat(
+                    e["stageTimestamp"].replace("Z", "+00:00")
+                ).timestamp()
+                >= since
+            ):
+                return True
+        return False
+
+    wait_for(f"the audit log to record the mark {mark}", logged)
 
 
 def _in_flight(events: list[dict[str, Any]], names: list[str]) -> list[str]:
@@ -436,11 +467,12 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
                     return True
             return False
 
-        wait_for("the operator's first child write", first_write, timeout=30, every=0.02)
+        wait_for("the operator's first child write", first_write, every=0.02)
         operator.stop(sig=signal.SIGKILL)
         killed_at = time.time()
-        # the audit log is written as requests complete: what it holds up to the kill
-        time.sleep(1)
+        # the audit log is written as requests complete: what it holds up to the kill, once a
+        # write of the test's own, sent after the kill, is in it
+        _logged_past(cluster, namespace, f"kill-{attempt}", killed_at)
         events = [
             e
             for e in _requests_by(cluster.audit_log, operator.username, since)
@@ -464,7 +496,7 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
 
 def test_liveness_endpoint(operator: OperatorProcess) -> None:
     with urllib.request.urlopen(
-        f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5
+        f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=30
     ) as r:
         assert r.status == 200
 
@@ -472,7 +504,7 @@ def test_liveness_endpoint(operator: OperatorProcess) -> None:
 def _scrape(operator: OperatorProcess) -> dict[str, float]:
     """The operator's /metrics as {"name{labels}": value}."""
     with urllib.request.urlopen(
-        f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5
+        f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=30
     ) as r:
         text = r.read().decode()
     out = {}
@@ -489,12 +521,17 @@ def test_operator_metrics_queue_duration_and_requests_by_verb(
     before = _scrape(operator)
     apply(cluster, namespace, sample("minimal"))
     wait_ready(cluster, namespace, "minimal")
-    after = _scrape(operator)
+    count = "vllm_operator_reconcile_duration_seconds_count"
+    # a reconcile's duration is observed once it has returned, a moment after its status write
+    after: dict[str, float] = wait_for(
+        "a reconcile's duration observed",
+        lambda: (a := _scrape(operator)).get(count, 0) > before.get(count, 0) and a,
+    )
 
     def grew(key: str) -> float:
         return after.get(key, 0) - before.get(key, 0)
 
-    assert grew("vllm_operator_reconcile_duration_seconds_count") >= 1
+    assert grew(count) >= 1
     assert "vllm_operator_workqueue_depth" in after
     # the children were written (server-side apply), the service read fresh, the status set
     assert grew('vllm_operator_api_requests_total{verb="patch"}') >= 3
@@ -558,7 +595,7 @@ def test_a_standby_watches_only_what_it_owns_and_writes_nothing(
             watched = {e["objectRef"]["resource"] for e in seen if e["verb"] == "watch"}
             return seen if wanted <= watched else []
 
-        mine = wait_for("the standby's child watches", child_watches, timeout=60)
+        mine = wait_for("the standby's child watches", child_watches)
         children = [e for e in mine if e["objectRef"]["resource"] in wanted]
         assert {e["verb"] for e in children} == {"list", "watch"}
         selectors = {

@@ -49,7 +49,6 @@ def pss_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iter
     wait_for(
         f"the default ServiceAccount of {name}",
         lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False),
-        timeout=60,
     )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
@@ -150,12 +149,10 @@ def test_the_operator_runs_a_service_in_a_restricted_namespace(
     ns = pss_namespace
     svc = sample("minimal")
     cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(svc))
-    live = wait_for("minimal Ready", lambda: ready(cluster, ns, "minimal"), timeout=120)
+    live = wait_for("minimal Ready", lambda: ready(cluster, ns, "minimal"))
     job = f"minimal-bench-{live['status']['revision'][:8]}"
-    wait_for(f"job {job}", lambda: get(cluster, ns, "job", job), timeout=60)
-    pods = wait_for(
-        "the benchmark pod", lambda: items(cluster, ns, "pods", f"job-name={job}"), timeout=60
-    )
+    wait_for(f"job {job}", lambda: get(cluster, ns, "job", job))
+    pods = wait_for("the benchmark pod", lambda: items(cluster, ns, "pods", f"job-name={job}"))
     assert pods[0]["spec"]["securityContext"]["runAsNonRoot"] is True
     vllm = items(cluster, ns, "pods", "app.kubernetes.io/name=vllm")
     assert vllm

@@ -51,7 +51,6 @@ def _run_pod(lc: LocalCluster, name: str) -> None:
             json.loads(lc.kubectl("get", "pod", name, "-o", "json"))["status"].get("phase")
             == "Running"
         ),
-        timeout=120,
     )
 
 

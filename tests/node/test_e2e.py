@@ -135,7 +135,6 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     wait_for(
         f"job {bench['job']} to succeed",
         lambda: _json(lc, "get", "job", bench["job"], "-n", ns)["status"].get("succeeded") == 1,
-        timeout=120,
     )
     job_pods = _json(lc, "get", "pods", "-n", ns, "-l", f"job-name={bench['job']}")["items"]
     assert job_pods

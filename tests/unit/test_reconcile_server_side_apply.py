@@ -16,7 +16,7 @@ from tests.unit.fake_api import FakeApi, applied
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.reconcile import reconcile
-from vllm_operator.write.apply import Writer, _path, covers
+from vllm_operator.write.apply import _path, covers
 
 SETTINGS = OperatorSettings()
 SVC = _path(API_VERSION, "VLLMService", "ns", "minimal")

@@ -32,7 +32,7 @@ OWN, OWN_TOKENS = 120, 32
 
 
 def finished_requests(server: VllmServer) -> float:
-    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    text = requests.get(f"{server.url}/metrics", timeout=60).text
     return sum(
         s.value
         for f in text_string_to_metric_families(text)
@@ -79,7 +79,9 @@ def test_a_run_alone_on_the_server_records_no_foreign_load(
     assert live["serverRequests"] == live["ownRequests"] == len(samples) == OWN
     assert live["serverGenerationTokens"] == sum(s["outputTokens"] for s in samples)
     assert live["scrapes"] > 10
-    assert live["peakRunning"] == 1  # serial: the runner's one request
+    # serial: the runner's one request at most (a sampled gauge: a bound, not the exact peak)
+    assert live["peakRunning"] is not None
+    assert live["peakRunning"] <= 1
     assert (live["foreignRequests"], live["foreignGenerationTokens"]) == (0, 0)
     assert live["peakForeignInFlight"] == 0
     assert live["quiet"] is True
@@ -135,6 +137,6 @@ def test_requests_of_another_client_during_a_scenario_are_foreign_load(
     # every run counted exactly; a CI run failed on it. The peak is a sample; the counts are
     # the accounting)
     assert live["peakForeignInFlight"] is not None
-    assert live["peakRunning"] >= 1
+    assert live["peakRunning"] is not None  # (a sample too: reported, as the peak above)
     assert live["quiet"] is False
     assert live["scenarios"]["streaming"]["foreignRequests"] == FOREIGN

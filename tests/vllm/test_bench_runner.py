@@ -42,7 +42,7 @@ def run_cli(
 
 def server_metrics(server: VllmServer) -> dict[str, Any]:
     """The server's own numbers, read independently of the runner."""
-    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    text = requests.get(f"{server.url}/metrics", timeout=60).text
     samples = {s.name: s for f in text_string_to_metric_families(text) for s in f.samples}
     return {
         "cache": samples["vllm:cache_config_info"].labels,
@@ -277,7 +277,9 @@ def test_deadline_mid_run_keeps_what_was_measured(vllm_server: VllmServer, tmp_p
     ]
     assert doc["headline"]["kvCacheTokens"] > 0  # capacity finished
     assert doc["scenarios"]["batching"]["samples"]  # the requests that did finish
-    assert doc["durationSeconds"] < 15
+    # the deadline cut the run (its error above); the bound leaves room for the in-flight
+    # requests' wind-down on a loaded machine, far below the three scenarios run whole
+    assert doc["durationSeconds"] < 4 + 30
     assert validation_errors(doc) == []
 
 

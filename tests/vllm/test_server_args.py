@@ -409,9 +409,9 @@ def test_the_cpu_sample_serves_with_its_rendered_args(tiny_model_dir: Path, tmp_
             ).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=60) as r:
+        with urllib.request.urlopen(request, timeout=180) as r:
             assert json.load(r)["usage"]["completion_tokens"] == 8
-        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=60) as r:
             metrics = r.read().decode()
         # the block size of the spec, and the KV cache from --kv-cache-memory-bytes
         assert 'block_size="32"' in metrics

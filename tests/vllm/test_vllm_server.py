@@ -14,13 +14,13 @@ pytestmark = pytest.mark.vllm
 
 
 def test_health(vllm_server: VllmServer) -> None:
-    assert requests.get(f"{vllm_server.url}/health", timeout=10).status_code == 200
+    assert requests.get(f"{vllm_server.url}/health", timeout=60).status_code == 200
 
 
 def test_completions(vllm_server: VllmServer) -> None:
     r = requests.post(
         f"{vllm_server.url}/v1/completions",
-        timeout=60,
+        timeout=180,
         json={
             "model": "tiny",
             "prompt": "The capital of France is",
@@ -38,7 +38,7 @@ def test_completions(vllm_server: VllmServer) -> None:
 def test_chat_completions_use_the_chat_template(vllm_server: VllmServer) -> None:
     r = requests.post(
         f"{vllm_server.url}/v1/chat/completions",
-        timeout=60,
+        timeout=180,
         json={
             "model": "tiny",
             "max_tokens": 6,
@@ -60,7 +60,7 @@ def test_chat_completions_use_the_chat_template(vllm_server: VllmServer) -> None
 def test_streaming_sends_one_event_per_token(vllm_server: VllmServer) -> None:
     with requests.post(
         f"{vllm_server.url}/v1/completions",
-        timeout=60,
+        timeout=180,
         stream=True,
         json={
             "model": "tiny",
@@ -80,7 +80,7 @@ def test_streaming_sends_one_event_per_token(vllm_server: VllmServer) -> None:
 
 
 def test_metrics_expose_queue_depth_and_cache_config(vllm_server: VllmServer) -> None:
-    text = requests.get(f"{vllm_server.url}/metrics", timeout=10).text
+    text = requests.get(f"{vllm_server.url}/metrics", timeout=60).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     waiting = families["vllm:num_requests_waiting"]
     assert waiting.type == "gauge"

@@ -162,7 +162,6 @@ def test_request_timeout(tmp_path: Path, upstream: tuple[str, Routes]) -> None:
     url, routes = upstream
     serving_tiny(routes)
     routes["/v1/completions"] = (200, "never mind", 5)  # answers only after 5 s
-    t0 = time.monotonic()
     proc, doc = run_cli(
         "--url",
         url,
@@ -179,8 +178,7 @@ def test_request_timeout(tmp_path: Path, upstream: tuple[str, Routes]) -> None:
     assert (
         "POST /v1/completions got no complete answer within 1.0s (--timeout-seconds)" in proc.stderr
     )
-    assert_recorded(doc, "capacity", "timeout")
-    assert time.monotonic() - t0 < 30
+    assert_recorded(doc, "capacity", "timeout")  # (run_cli's own 120 s bounds the run)
 
 
 def test_run_deadline_stops_the_run(tmp_path: Path, upstream: tuple[str, Routes]) -> None:
@@ -204,7 +202,8 @@ def test_run_deadline_stops_the_run(tmp_path: Path, upstream: tuple[str, Routes]
     assert_recorded(doc, "capacity", "deadline")
     assert_recorded(doc, "streaming", "skipped")
     assert doc is not None
-    assert doc["durationSeconds"] < 10
+    # stopped at the deadline, not at the 30 s answer (room for a loaded machine between)
+    assert doc["durationSeconds"] < 25
 
 
 def test_naive_baseline_without_torch(tmp_path: Path, upstream: tuple[str, Routes]) -> None:
