@@ -479,7 +479,22 @@ def _events(
         was_r.get("revision"),
     ):
         kind = "Warning" if now_r["phase"] == "Aborted" else "Normal"
-        events.append(Event(kind, f"Rollout{now_r['phase']}", str(now_r.get("message", ""))))
+        said = str(now_r.get("message", ""))
+        # an abort is one Warning: Degraded (CanaryAborted) quotes the same message
+        events = [
+            e for e in events if not (e.reason == "CanaryAborted" and e.message == said)
+        ]
+        events.append(Event(kind, f"Rollout{now_r['phase']}", said))
+    # a bake that ended without enough traffic to compare: a Warning, whatever whenInconclusive
+    # does with it (an abort's own Warning says it already)
+    verdict = (now_r.get("bake") or {}).get("verdict")
+    if (
+        verdict == "Inconclusive"
+        and now_r.get("phase") != "Aborted"
+        and (verdict, now_r.get("revision"))
+        != ((was_r.get("bake") or {}).get("verdict"), was_r.get("revision"))
+    ):
+        events.append(Event("Warning", "BakeInconclusive", str(now_r.get("message", ""))))
     # a rollback stays in force though this operator renders the pod templates differently
     # now: said once (the rollback's own Warning, when it begins now, says it already)
     was, now = old.get("benchmark") or {}, new.get("benchmark") or {}

@@ -641,9 +641,17 @@ class BakeSpec(_Model):
         default=20,
         ge=1,
         le=1_000_000,
-        description="Requests the canary must have answered in the window before its figures "
-        "count; a window that ends with fewer promotes it (the status says it was "
-        "inconclusive).",
+        description="Requests the canary must have answered in the window (finished, or "
+        "answered with an HTTP status: a 5xx counts) before its figures count; a window that "
+        "ends with fewer is inconclusive (whenInconclusive decides).",
+    )
+    when_inconclusive: Literal["Wait", "Promote", "Abort"] = Field(
+        default="Wait",
+        description="When the window ends with fewer than minRequests answered by the canary "
+        "(too little traffic reached it: nothing to compare): Wait (default) keeps it baking "
+        "until it has answered minRequests, then judges it, or until the promote or abort "
+        "annotation decides; Promote rolls the serving pods to it unseen; Abort stops it as "
+        "failed (under benchmark.onFailure Rollback). Each is a Warning event.",
     )
 
 

@@ -18,9 +18,17 @@ EndpointSlice was created); Prometheus's figures over that window are compared:
   recent half (a spike that is over, the canary's first seconds on live traffic, is in the
   whole window only; a regression is in both), so the earliest abort comes once that half is
   a window of its own (two shortest windows into the bake);
+- Failed, too, when it stopped answering: it answered `minRequests` before the bake's most
+  recent half and none in it while the stable pods still answered theirs (a hung canary);
+  and at the window's end when it was worse over the whole bake and the recent half has no
+  sample of it (no sample confirms nothing: it is not "not worse");
 - Passed, at the window's end, when nothing failed;
 - Inconclusive, at the window's end, when the canary answered fewer than `minRequests` (no
-  traffic: nothing to compare; it is promoted and the status says so);
+  traffic: nothing to compare; `whenInconclusive` decides: Wait, Promote or Abort).
+
+"Answered" counts a request that finished (vLLM's count) or got an HTTP response (the API
+server's count), whichever is more: a canary that answers every request with a 5xx finishes
+none, and is compared (and fails) on its 5xx share all the same.
 - None (still baking) before the window's end, or while the figures cannot be read (the
   status says why; the promote and abort annotations decide by hand meanwhile).
 """
@@ -61,11 +69,18 @@ def figures(canary: LiveFigures, stable: LiveFigures | None) -> str:
 
 
 def _compare(
-    limits: BakeSpec, canary: LiveFigures, stable: LiveFigures
+    limits: BakeSpec,
+    canary: LiveFigures,
+    stable: LiveFigures,
+    *,
+    latency: bool = True,
+    errors: bool = True,
 ) -> tuple[list[str], list[str]]:
     """What is worse beyond the limits, and what exceeds a limit within the histogram's
-    resolution only (the bucket holding the canary's p99 reaches below the limit)."""
-    out, unresolved = [], []
+    resolution only (the bucket holding the canary's p99 reaches below the limit); `latency`,
+    `errors`: whether the canary answered enough of each kind for that comparison to count."""
+    out: list[str] = []
+    unresolved: list[str] = []
     for name, c, floor, s, ratio in (
         (
             "TTFT p99",
@@ -82,7 +97,7 @@ def _compare(
             limits.max_inter_token_p99_ratio,
         ),
     ):
-        if c is None or s is None or c <= s * ratio:
+        if not latency or c is None or s is None or c <= s * ratio:
             continue
         if floor is not None and floor < s * ratio:
             unresolved.append(
@@ -92,12 +107,43 @@ def _compare(
         else:
             out.append(f"{name} {_ms(c)} > {ratio:g} x the stable pods' {_ms(s)}")
     increase = canary.error_rate - stable.error_rate
-    if increase > limits.max_error_rate_increase:
+    if errors and increase > limits.max_error_rate_increase:
         out.append(
             f"5xx share {canary.error_rate:.1%} against the stable pods' "
             f"{stable.error_rate:.1%} (more than {limits.max_error_rate_increase:.1%} worse)"
         )
     return out, unresolved
+
+
+NO_FIGURES = LiveFigures(requests=0, http_requests=0, http_errors=0, ttft_p99=None, itl_p99=None)
+
+
+def answered(f: LiveFigures) -> float:
+    """Requests a set of pods answered: those that finished (vLLM's count) or got an HTTP
+    response (the API server's), whichever is more: a 5xx never finishes, yet it was answered."""
+    return max(f.requests, f.http_requests)
+
+
+def _stopped(limits: BakeSpec, bake: Bake) -> str:
+    """Why the canary stopped answering in the most recent half of the bake ("": it did not):
+    it answered minRequests before that half and none in it, while the stable pods still
+    answered at least minRequests and at least half as many as before (the traffic goes on: an
+    even spread over the endpoints gives the canary about its earlier share again; none of
+    minRequests or more by chance is a chance of e^-minRequests/2)."""
+    c, s, rc, rs = bake.canary, bake.stable, bake.recent_canary, bake.recent_stable
+    if c is None or s is None or rc is None or rs is None or answered(rc) > 0:
+        return ""
+    canary_before = answered(c) - answered(rc)
+    stable_before = answered(s) - answered(rs)
+    if canary_before < limits.min_requests or answered(rs) < max(
+        limits.min_requests, stable_before / 2
+    ):
+        return ""
+    return (
+        f"stopped answering: 0 requests in the bake's most recent half (the canary had "
+        f"answered {canary_before:.0f} before it; the stable pods answered {answered(rs):.0f} "
+        "in it)"
+    )
 
 
 def judge(limits: BakeSpec, bake: Bake) -> Verdict:
@@ -108,19 +154,35 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
             f"baking on live traffic ({bake.elapsed:.0f}/{limits.seconds} s): "
             f"no figures: {bake.error}",
         )
-    canary, stable = bake.canary, bake.stable
+    canary = bake.canary
     assert canary is not None  # (read together with the error: one of them is set)
-    enough = canary.requests >= limits.min_requests
+    # no stable figures: none to compare latency with, and a 5xx share of 0 to compare errors
+    stable = bake.stable if bake.stable is not None else NO_FIGURES
+    # enough finished requests for the latency figures, enough HTTP responses for the 5xx share
+    counts = {
+        "latency": canary.requests >= limits.min_requests,
+        "errors": canary.http_requests >= limits.min_requests,
+    }
+    enough = any(counts.values())
     before = bake.window - bake.elapsed > 1  # the figures reach back before the bake
     ended = bake.elapsed >= limits.seconds  # (a window shorter than the shortest: judged then)
     unconfirmed = ""
-    if enough and stable is not None and (not before or ended):
-        worse, unresolved = _compare(limits, canary, stable)
+    if enough and (not before or ended):
+        if stopped := _stopped(limits, bake):
+            return Verdict(
+                FAILED,
+                f"worse than the stable pods on live traffic after {bake.elapsed:.0f} s: {stopped}",
+            )
+        worse, unresolved = _compare(limits, canary, stable, **counts)
         if unresolved:
             unconfirmed = " (not decisive: " + "; ".join(unresolved) + ")"
+        # the most recent half, once read; a half in which the canary answered nothing shows
+        # no sample, which is not "not worse": it confirms nothing either way (judged at the
+        # window's end on the whole bake)
+        rc = bake.recent_canary
         recent = (
-            _compare(limits, bake.recent_canary, bake.recent_stable)[0]
-            if bake.recent_canary is not None and bake.recent_stable is not None
+            _compare(limits, rc, bake.recent_stable or NO_FIGURES, **counts)[0]
+            if rc is not None and answered(rc) > 0
             else None
         )
         if worse and (recent or (recent is None and ended)):
@@ -160,7 +222,7 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
     if not enough:
         return Verdict(
             INCONCLUSIVE,
-            f"the bake's {limits.seconds} s ended with {canary.requests:.0f} requests to the "
+            f"the bake's {limits.seconds} s ended with {answered(canary):.0f} requests to the "
             f"canary (fewer than minRequests {limits.min_requests}): nothing to compare",
         )
     return Verdict(
@@ -171,4 +233,4 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
     )
 
 
-__all__ = ["FAILED", "INCONCLUSIVE", "PASSED", "Verdict", "figures", "judge"]
+__all__ = ["FAILED", "INCONCLUSIVE", "PASSED", "Verdict", "answered", "figures", "judge"]

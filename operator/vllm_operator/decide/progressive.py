@@ -209,7 +209,7 @@ def progress(svc: Service, observed: Observed, plan: Plan) -> tuple[Plan, Rollou
 
 _BAKED = {
     BAKE_PASSED: "passed its bake",
-    BAKE_INCONCLUSIVE: "baked without enough traffic to compare",
+    BAKE_INCONCLUSIVE: "baked without enough traffic to compare (whenInconclusive: Promote)",
     BAKE_FAILED: "failed its bake (onFailure: Report)",
 }
 
@@ -266,6 +266,21 @@ def _baking(
                 else f"revision {rev} {passed} on the canary; its pod is not Ready to bake",
             )
         judged = judge(limits, observed.bake)
+        if judged.verdict == BAKE_INCONCLUSIVE and limits.when_inconclusive == "Wait":
+            # not decided: it keeps baking, judged again on every reconcile (its verdict
+            # comes once it has answered minRequests), or a person decides
+            return dataclasses.replace(
+                base,
+                phase=BAKING,
+                canary_replicas=1,
+                hold=plan.held,
+                bake_endpoint=_endpoint(observed, plan),
+                bake=observed.bake,
+                bake_verdict=BAKE_INCONCLUSIVE,
+                message=f"revision {rev}: {judged.message} (whenInconclusive: Wait): it "
+                "bakes on until it has answered minRequests, or promote or abort it by hand "
+                f"({PROMOTE_ANNOTATION} or {ABORT_ANNOTATION}={rev})",
+            )
         if judged.verdict is None:
             return dataclasses.replace(
                 base,
@@ -278,7 +293,15 @@ def _baking(
             )
         verdict, why = judged.verdict, judged.message
         note = f"{rev} {verdict} {why}"[:4000]
-    if verdict == BAKE_FAILED and rollback:
+    abort = verdict == BAKE_FAILED or (
+        verdict == BAKE_INCONCLUSIVE and limits.when_inconclusive == "Abort"
+    )
+    if abort and rollback:
+        failed = (
+            "failed its bake"
+            if verdict == BAKE_FAILED
+            else "its bake was inconclusive (whenInconclusive: Abort)"
+        )
         return dataclasses.replace(
             base,
             phase=ABORTED,
@@ -286,7 +309,7 @@ def _baking(
             bake_note=note,
             bake=observed.bake,
             bake_verdict=verdict,
-            message=f"revision {rev} {passed} on the canary, then failed its bake: {why}; "
+            message=f"revision {rev} {passed} on the canary, then {failed}: {why}; "
             f"the canary left the endpoints; revision {stable} serves",
         )
     said = _BAKED.get(verdict, verdict)

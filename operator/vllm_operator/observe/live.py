@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from typing import Any, Protocol
 
 from vllm_operator.observe.state import LiveFigures
@@ -53,7 +54,26 @@ class LiveReader(Protocol):
     # the shortest window its figures can cover (a read of a shorter one covers this)
     min_window_seconds: int
 
-    def figures(self, namespace: str, selector: str, window_seconds: int) -> LiveFigures: ...
+    def figures(
+        self, namespace: str, selector: str, window_seconds: int, deadline: float | None = None
+    ) -> LiveFigures:
+        """The figures of the pods `selector` picks; `deadline` (time.monotonic()): raise
+        LiveBudgetError rather than start a query past it (a reconcile's budget for its reads)."""
+        ...
+
+
+class LiveBudgetError(Exception):
+    """The reads of one reconcile ran past their budget (READ_BUDGET_SECONDS)."""
+
+
+# a client timeout on each query (the socket's connect and each read: a Prometheus that accepts
+# and never answers costs this much, not a worker forever), no retries (the next reconcile is
+# the retry), and a budget for all the reads of one reconcile of a baking service (at most 4
+# figures() calls of 5 queries: QUERIES_PER_READ x 4 = 20): past it the reads stop and the bake
+# says why, deciding nothing meanwhile
+CLIENT_TIMEOUT_SECONDS = 5.0
+READ_BUDGET_SECONDS = 15.0
+QUERIES_PER_READ = 5
 
 
 def _scalar(result: list[dict[str, Any]]) -> float | None:
@@ -124,23 +144,32 @@ class PrometheusLive:
     """LiveReader over a Prometheus's HTTP API (prometheus-api-client's PrometheusConnect)."""
 
     def __init__(
-        self, url: str, timeout_seconds: float = 10, min_window: int = MIN_WINDOW_SECONDS
+        self,
+        url: str,
+        timeout_seconds: float = CLIENT_TIMEOUT_SECONDS,
+        min_window: int = MIN_WINDOW_SECONDS,
     ) -> None:
         # imported here: only an operator configured with a Prometheus pays for it
         from prometheus_api_client import PrometheusConnect  # noqa: PLC0415
+        from urllib3.util.retry import Retry  # noqa: PLC0415
 
         self.url = url
         self.min_window_seconds = min_window
-        self._prom = PrometheusConnect(url=url, disable_ssl=False)
+        # `timeout`: the HTTP client's (requests': connect, and each read of the answer); the
+        # query's own `timeout` parameter below is PromQL's, on the server's side
+        self._prom = PrometheusConnect(
+            url=url, disable_ssl=False, timeout=timeout_seconds, retry=Retry(total=0)
+        )
         self._timeout = timeout_seconds
 
-    def figures(self, namespace: str, selector: str, window_seconds: int) -> LiveFigures:
-        got = {
-            key: self._prom.custom_query(q, params={"timeout": f"{self._timeout:g}s"})
-            for key, q in queries(
-                namespace, selector, window_seconds, self.min_window_seconds
-            ).items()
-        }
+    def figures(
+        self, namespace: str, selector: str, window_seconds: int, deadline: float | None = None
+    ) -> LiveFigures:
+        got = {}
+        for key, q in queries(namespace, selector, window_seconds, self.min_window_seconds).items():
+            if deadline is not None and time.monotonic() > deadline:
+                raise LiveBudgetError(f"the reads ran past their {READ_BUDGET_SECONDS:g} s budget")
+            got[key] = self._prom.custom_query(q, params={"timeout": f"{self._timeout:g}s"})
         ttft = quantile(0.99, _buckets(got["ttft_buckets"]))
         itl = quantile(0.99, _buckets(got["itl_buckets"]))
         return LiveFigures(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from typing import Any
 
 from vllm_operator.api.spec import Service
@@ -20,7 +21,7 @@ from vllm_operator.observe.benchresult import (
     read_summary,
     summarize,
 )
-from vllm_operator.observe.live import LiveReader
+from vllm_operator.observe.live import READ_BUDGET_SECONDS, LiveReader
 from vllm_operator.observe.state import (
     MESSAGE_TAIL,
     Bake,
@@ -85,13 +86,16 @@ def _bake(
     half = int(elapsed / 2) + 1  # the most recent half, once it is a window of its own
     canary_sel, stable_sel = f'pod="{pods[0]}"', f'service="{svc.name}"'
     recent: tuple[LiveFigures, LiveFigures] | None = None
+    # a bounded cost per reconcile: at most 4 reads (QUERIES_PER_READ queries each), each query
+    # under the client's timeout, none begun past the budget; the first failure ends them all
+    deadline = time.monotonic() + READ_BUDGET_SECONDS
     try:
-        canary = live.figures(svc.namespace, canary_sel, window)
-        stable = live.figures(svc.namespace, stable_sel, window)
+        canary = live.figures(svc.namespace, canary_sel, window, deadline)
+        stable = live.figures(svc.namespace, stable_sel, window, deadline)
         if half >= live.min_window_seconds:
             recent = (
-                live.figures(svc.namespace, canary_sel, half),
-                live.figures(svc.namespace, stable_sel, half),
+                live.figures(svc.namespace, canary_sel, half, deadline),
+                live.figures(svc.namespace, stable_sel, half, deadline),
             )
     except Exception as exc:  # noqa: BLE001  (any failure of the read: no verdict, said why)
         log.warning("reading the bake's figures of %s/%s: %s", svc.namespace, svc.name, exc)

@@ -8,10 +8,14 @@ figures the test sets (the real one is read on the real node: tests/node/test_ca
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import socket
+import time
 from typing import Any
 
 import pytest
+import requests
 
 from tests.chart_support import argocd_health
 from tests.unit.decide.test_canary import (
@@ -31,7 +35,7 @@ from tests.unit.decide.test_canary import (
 from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator.api.spec import BakeSpec
 from vllm_operator.decide.bake import FAILED, INCONCLUSIVE, PASSED, judge
-from vllm_operator.observe.live import min_window_seconds, queries
+from vllm_operator.observe.live import LiveBudgetError, PrometheusLive, min_window_seconds, queries
 from vllm_operator.observe.state import Bake, LiveFigures
 from vllm_operator.render.benchmark import run_name
 from vllm_operator.render.canary import BAKE_ANNOTATION
@@ -79,7 +83,7 @@ def test_a_worse_canary_fails_as_soon_as_it_answered_enough(canary: LiveFigures,
     # at the limit exactly, or with fewer requests than minRequests, it is not (yet) failed
     at_limit = figures(ttft_p99=0.3, itl_p99=0.03, http_errors=0.4)
     assert judge(LIMITS, bake(at_limit)).verdict is None
-    few = LiveFigures(**{**canary.__dict__, "requests": 19})
+    few = LiveFigures(**{**canary.__dict__, "requests": 19, "http_requests": 19})
     assert judge(LIMITS, bake(few)).verdict is None
     # worse over the whole bake only: a spike that is over (the canary's first seconds)
     spike = judge(LIMITS, bake(canary, recent=GOOD))
@@ -155,7 +159,7 @@ def test_the_shortest_window_is_four_scrape_intervals() -> None:
 
 
 def test_a_window_without_enough_traffic_is_inconclusive_and_a_read_failure_no_verdict() -> None:
-    quiet = figures(requests=3)
+    quiet = figures(requests=3, http_requests=3)
     verdict = judge(LIMITS, Bake("t", 61, canary=quiet, stable=GOOD))
     assert verdict.verdict == INCONCLUSIVE
     assert "3 requests to the canary (fewer than minRequests 20)" in verdict.message
@@ -193,7 +197,9 @@ class Live:
         self.stable = GOOD
         self.reads: list[str] = []
 
-    def figures(self, namespace: str, selector: str, window_seconds: int) -> LiveFigures:
+    def figures(
+        self, namespace: str, selector: str, window_seconds: int, deadline: float | None = None
+    ) -> LiveFigures:
         self.reads.append(selector)
         return self.canary if selector.startswith("pod=") else self.stable
 
@@ -297,7 +303,8 @@ def test_a_canary_worse_on_live_traffic_is_aborted_at_once_and_stays_aborted(liv
     assert "TTFT p99 900 ms > 1.5 x the stable pods' 200 ms" in rollout(api)["message"]
     degraded = cond(api, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "CanaryAborted")
-    assert ("Warning", "RolloutAborted") in events(outcome)
+    # one Warning for the abort (Degraded's CanaryAborted quoted the same message: issue 31)
+    assert [e for e in events(outcome) if e[0] == "Warning"] == [("Warning", "RolloutAborted")]
     assert argocd_health(api.objects[PATH])[0] == "Degraded"
     # the verdict is kept on the canary: no second bake, whatever Prometheus says now
     live.canary = GOOD
@@ -337,3 +344,136 @@ def test_without_a_prometheus_the_bake_waits_and_says_why() -> None:
     assert (
         "prometheusUrl setting, VLLM_OPERATOR_PROMETHEUS_URL, is empty" in (rollout(api)["message"])
     )
+
+
+# ---- issue 32: what a bake must never promote ------------------------------------------------
+
+# the issue's figures: every live request answered with a 5xx (none finishes: vLLM's count and
+# its latency histograms have no sample; the API server's responses count them all)
+ALL_5XX = LiveFigures(requests=0, http_requests=400, http_errors=400, ttft_p99=None, itl_p99=None)
+SILENT = LiveFigures(requests=0, http_requests=0, http_errors=0, ttft_p99=None, itl_p99=None)
+
+
+def test_a_canary_answering_every_live_request_with_a_5xx_fails() -> None:
+    # (it was Inconclusive, then promoted: 0 finished requests never reached minRequests)
+    mid = judge(
+        LIMITS,
+        Bake("t", 20, canary=ALL_5XX, stable=GOOD, recent_canary=ALL_5XX, recent_stable=GOOD),
+    )
+    assert mid.verdict == FAILED
+    assert "5xx share 100.0% against the stable pods' 0.0%" in mid.message
+    # at the window's end with no recent half read, and with no stable figures at all (a 5xx
+    # share of 0 to compare with)
+    assert judge(LIMITS, Bake("t", 61, canary=ALL_5XX, stable=GOOD)).verdict == FAILED
+    assert judge(LIMITS, Bake("t", 61, canary=ALL_5XX)).verdict == FAILED
+    # the control: the stable pods fail as much (a shared fault, not the revision's)
+    same = judge(LIMITS, Bake("t", 61, canary=ALL_5XX, stable=ALL_5XX))
+    assert same.verdict == PASSED
+
+
+def test_a_canary_that_stops_answering_in_the_second_half_fails() -> None:
+    slow = figures(ttft_p99=5.0)
+    fast = figures(ttft_p99=0.1)
+    # the issue's figures: whole-bake TTFT p99 5,000 vs 100 ms, the recent half 0 requests
+    # (it was "as good as the stable pods": no sample read as "not worse")
+    # (the stable pods' traffic fell in that half too: not "stopped answering", judged on the
+    # whole bake at the window's end)
+    quieter = figures(ttft_p99=0.1, requests=10, http_requests=10)
+    end = judge(
+        LIMITS,
+        Bake("t", 61, canary=slow, stable=fast, recent_canary=SILENT, recent_stable=quieter),
+    )
+    assert end.verdict == FAILED
+    assert "TTFT p99 5000 ms > 1.5 x the stable pods' 100 ms" in end.message
+    # before the window's end: 40 answered before the recent half, 0 in it, while the stable
+    # pods answered 40 in it (of 80): it stopped answering, failed at once, whatever latency
+    whole_stable = figures(requests=80, http_requests=80)
+    hung = Bake("t", 30, canary=GOOD, stable=whole_stable, recent_canary=SILENT, recent_stable=GOOD)
+    verdict = judge(LIMITS, hung)
+    assert verdict.verdict == FAILED
+    assert "stopped answering: 0 requests in the bake's most recent half" in verdict.message
+    # the controls: the traffic stopped for everyone (the stable pods answered 5 of 80 in the
+    # half), or the canary had answered too few before it to expect any: still baking
+    lull = dataclasses.replace(hung, recent_stable=figures(requests=5, http_requests=5))
+    assert judge(LIMITS, lull).verdict is None
+    few = figures(requests=10, http_requests=10)
+    assert judge(LIMITS, dataclasses.replace(hung, canary=few)).verdict is None
+
+
+def _inconclusive(api: FakeApi, live: Live, policy: str | None) -> Any:
+    """16 bakes; its window ends with 3 requests to the canary."""
+    bake: dict[str, Any] = {"seconds": 60, "minRequests": 20}
+    if policy is not None:
+        bake["whenInconclusive"] = policy
+    stable(api, 8)
+    apply_spec(api, 16, None, rollout={"canary": {"bake": bake}})
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16), rev(16)), 70)
+    reconciled(api)
+    live.canary = figures(requests=3, http_requests=3)
+    _age(api, 61)
+    return reconciled(api)
+
+
+def test_an_inconclusive_bake_waits_by_default_with_a_warning_until_there_is_traffic(
+    live: Live,
+) -> None:
+    api = FakeApi(SETTINGS)
+    outcome = _inconclusive(api, live, None)
+    # not promoted unseen: it bakes on, the serving pods at 8, the canary in the endpoints
+    assert serving_revision(api) == rev(8)
+    assert rollout(api)["phase"] == "Baking"
+    assert rollout(api)["bake"]["verdict"] == "Inconclusive"
+    assert "whenInconclusive: Wait" in rollout(api)["message"]
+    assert SLICE in api.objects
+    assert ("Warning", "BakeInconclusive") in events(outcome)
+    assert ("Warning", "BakeInconclusive") not in events(reconciled(api))  # said once
+    # traffic comes: judged on it then (here as good as the stable pods: promoted)
+    live.canary = GOOD
+    reconciled(api)
+    assert rollout(api)["phase"] == "Promoting"
+    assert rollout(api)["bake"]["verdict"] == "Passed"
+    assert serving_revision(api) == rev(16)
+
+
+def test_an_inconclusive_bake_is_promoted_or_aborted_as_the_user_says(live: Live) -> None:
+    api = FakeApi(SETTINGS)
+    outcome = _inconclusive(api, live, "Promote")
+    assert rollout(api)["phase"] == "Promoting"
+    assert serving_revision(api) == rev(16)
+    assert "whenInconclusive: Promote" in rollout(api)["message"]
+    assert ("Warning", "BakeInconclusive") in events(outcome)
+    api = FakeApi(SETTINGS)
+    outcome = _inconclusive(api, live, "Abort")
+    assert rollout(api)["phase"] == "Aborted"
+    assert serving_revision(api) == rev(8)
+    assert "inconclusive (whenInconclusive: Abort)" in rollout(api)["message"]
+    assert ("Warning", "RolloutAborted") in events(outcome)
+    assert SLICE not in api.objects
+
+
+class _Hung:
+    """A Prometheus that accepts a connection and never answers."""
+
+    def __enter__(self) -> str:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def __exit__(self, *_: object) -> None:
+        self.sock.close()
+
+
+def test_a_hung_prometheus_costs_a_read_its_client_timeout_and_a_reconcile_its_budget() -> None:
+    with _Hung() as url:
+        reader = PrometheusLive(url, timeout_seconds=0.5)
+        start = time.monotonic()
+        with pytest.raises(requests.exceptions.ConnectionError):
+            reader.figures("ns", 'pod="p"', 60)
+        # (without a client timeout this never returned; the bound is loose: a loaded machine)
+        assert time.monotonic() - start < 30
+        # past the reconcile's deadline no query is begun
+        with pytest.raises(LiveBudgetError):
+            reader.figures("ns", 'pod="p"', 60, deadline=time.monotonic() - 1)
