@@ -481,9 +481,7 @@ def _events(
         kind = "Warning" if now_r["phase"] == "Aborted" else "Normal"
         said = str(now_r.get("message", ""))
         # an abort is one Warning: Degraded (CanaryAborted) quotes the same message
-        events = [
-            e for e in events if not (e.reason == "CanaryAborted" and e.message == said)
-        ]
+        events = [e for e in events if not (e.reason == "CanaryAborted" and e.message == said)]
         events.append(Event(kind, f"Rollout{now_r['phase']}", said))
     # a bake that ended without enough traffic to compare: a Warning, whatever whenInconclusive
     # does with it (an abort's own Warning says it already)
