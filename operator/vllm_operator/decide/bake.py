@@ -22,6 +22,8 @@ EndpointSlice was created); Prometheus's figures over that window are compared:
   recent half and none in it while the stable pods still answered theirs (a hung canary);
   and at the window's end when it was worse over the whole bake and the recent half has no
   sample of it (no sample confirms nothing: it is not "not worse");
+- Failed, at once, when the canary's pod in the bake goes (deleted, evicted, drained,
+  replaced), is not Ready, or a container of it restarts: it took live traffic and cut it;
 - Passed, at the window's end, when nothing failed;
 - Inconclusive, at the window's end, when the canary answered fewer than `minRequests` (no
   traffic: nothing to compare; `whenInconclusive` decides: Wait, Promote or Abort).
@@ -146,14 +148,27 @@ def _stopped(limits: BakeSpec, bake: Bake) -> str:
     )
 
 
-def judge(limits: BakeSpec, bake: Bake) -> Verdict:
-    left = max(0, int(limits.seconds - bake.elapsed))
+def _unread(limits: BakeSpec, bake: Bake) -> Verdict | None:
+    """The verdict before any figure is looked at (None: the figures decide)."""
+    if bake.pod_problem:  # it stopped serving its share of the live traffic: cut streams
+        return Verdict(
+            FAILED,
+            f"its pod stopped serving during the bake after {bake.elapsed:.0f} s: "
+            f"{bake.pod_problem}",
+        )
     if bake.error:
         return Verdict(
             None,
             f"baking on live traffic ({bake.elapsed:.0f}/{limits.seconds} s): "
             f"no figures: {bake.error}",
         )
+    return None
+
+
+def judge(limits: BakeSpec, bake: Bake) -> Verdict:
+    left = max(0, int(limits.seconds - bake.elapsed))
+    if (unread := _unread(limits, bake)) is not None:
+        return unread
     canary = bake.canary
     assert canary is not None  # (read together with the error: one of them is set)
     # no stable figures: none to compare latency with, and a 5xx share of 0 to compare errors

@@ -30,7 +30,7 @@ from vllm_operator.api.spec import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Service
 from vllm_operator.decide.bake import FAILED as BAKE_FAILED
 from vllm_operator.decide.bake import INCONCLUSIVE as BAKE_INCONCLUSIVE
 from vllm_operator.decide.bake import PASSED as BAKE_PASSED
-from vllm_operator.decide.bake import judge
+from vllm_operator.decide.bake import Verdict, judge
 from vllm_operator.decide.gates import FAILED, PASSED, Run
 from vllm_operator.decide.policy import ABORTED_BY_HAND, PROMOTED_BY_HAND, Plan, Record
 from vllm_operator.decide.target_pod import ready as pod_ready
@@ -223,6 +223,30 @@ def bake_note(observed: Observed, revision: str) -> tuple[str, str] | None:
     return parts[1], parts[2] if len(parts) > 2 else ""
 
 
+def _recorded_bake(observed: Observed, revision: str) -> bool:
+    """The status on record says `revision`'s bake began (its figures were read)."""
+    r = observed.recorded_rollout
+    return (
+        r.get("revision") == revision
+        and r.get("phase") == BAKING
+        and bool((r.get("bake") or {}).get("startedAt"))
+    )
+
+
+def _recorded_verdict(observed: Observed, revision: str) -> tuple[str, str] | None:
+    """The bake's verdict as the status recorded it, where the canary Deployment that keeps
+    it (BAKE_ANNOTATION) was deleted: a revision aborted on its bake stays aborted."""
+    r = observed.recorded_rollout
+    verdict = (r.get("bake") or {}).get("verdict")
+    if (
+        r.get("revision") != revision
+        or r.get("phase") not in (ABORTED, PROMOTING, PROMOTED)
+        or verdict not in (BAKE_FAILED, BAKE_PASSED, BAKE_INCONCLUSIVE)
+    ):
+        return None
+    return verdict, "as the status recorded it (the canary Deployment that kept it is gone)"
+
+
 def _endpoint(observed: Observed, plan: Plan) -> BakeEndpoint | None:
     """The canary's pod the passing run measured, while it is Ready."""
     run = _measuring(plan, observed) or next(
@@ -230,13 +254,29 @@ def _endpoint(observed: Observed, plan: Plan) -> BakeEndpoint | None:
     )
     if run is None or run.target is None:
         return None
-    pod = next(
-        (p for p in observed.canary_pods or () if p["metadata"]["name"] == run.target.pod), None
-    )
-    if pod is None or pod["metadata"].get("deletionTimestamp") or not pod_ready(pod):
-        return None
+    pods = observed.canary_pods or ()
+    pod = next((p for p in pods if p["metadata"]["name"] == run.target.pod), None)
     t = run.target
+    if pod is None and observed.bake is None:
+        # the measured pod was replaced (evicted, drained) before its bake began: the revision
+        # passed, its replacement runs the same revision and bakes once Ready
+        pod = next((p for p in pods if _servable(p)), None)
+        if pod is not None:
+            status = pod.get("status") or {}
+            return BakeEndpoint(
+                pod["metadata"]["name"],
+                pod["metadata"].get("uid", ""),
+                status.get("podIP", ""),
+                t.port,
+                pod.get("spec", {}).get("nodeName"),
+            )
+    if pod is None or not _servable(pod):
+        return None
     return BakeEndpoint(t.pod, t.uid, t.ip, t.port, pod.get("spec", {}).get("nodeName"))
+
+
+def _servable(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and pod_ready(pod)
 
 
 def _baking(
@@ -247,12 +287,23 @@ def _baking(
     limits = svc.spec.rollout.canary_settings.bake
     assert limits is not None
     rev, stable = plan.revision, base.stable
-    noted = bake_note(observed, rev)
+    noted = bake_note(observed, rev) or _recorded_verdict(observed, rev)
+    began = _recorded_bake(observed, rev)
     if noted is not None:  # decided in an earlier reconcile: it stays decided
         verdict, why = noted
         note = f"{rev} {verdict} {why}"
     else:
-        if observed.bake is None:
+        if observed.bake is None and began and _endpoint(observed, plan) is None:
+            # the bake began (the status recorded it) and its endpoint is gone with its pod
+            # (unready, deleted, replaced, crashed): it cut the streams it served; failed
+            gone = next(
+                (f"canary pod {p.pod}: {p.reason}: {p.message}" for p in observed.canary_problems),
+                "the canary's pod in the bake is gone or not Ready",
+            )
+            judged = Verdict(BAKE_FAILED, f"its pod stopped serving during the bake: {gone}")
+        else:
+            judged = None
+        if judged is None and observed.bake is None:
             endpoint = _endpoint(observed, plan)
             return dataclasses.replace(
                 base,
@@ -265,7 +316,9 @@ def _baking(
                 if endpoint is not None
                 else f"revision {rev} {passed} on the canary; its pod is not Ready to bake",
             )
-        judged = judge(limits, observed.bake)
+        if judged is None:
+            assert observed.bake is not None
+            judged = judge(limits, observed.bake)
         if judged.verdict == BAKE_INCONCLUSIVE and limits.when_inconclusive == "Wait":
             # not decided: it keeps baking, judged again on every reconcile (its verdict
             # comes once it has answered minRequests), or a person decides

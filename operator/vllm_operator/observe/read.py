@@ -54,6 +54,59 @@ from vllm_operator.write.transport import Kube, written_generation
 log = logging.getLogger("vllm_operator")
 
 
+def _baking_pod_problem(
+    refs: dict[str | None, str | None],
+    canary_pods: tuple[dict[str, Any], ...],
+    since: dt.datetime | None,
+) -> str:
+    """What happened to the canary's pod in the bake ("": it serves as it did when the bake
+    began): gone (deleted, evicted, its node drained), replaced (same name, another uid), not
+    Ready, or a container that restarted or stopped since the bake began (`since`)."""
+    name, uid = next(iter(refs.items()), (None, None))
+    pod = next((p for p in canary_pods if p["metadata"]["name"] == name), None)
+    if not name or pod is None:
+        return f"the canary's pod {name} in the bake is gone (deleted, evicted or drained)"
+    meta, status = pod["metadata"], pod.get("status") or {}
+    problems = [
+        f"the canary's pod {name} in the bake was replaced"
+        if uid and meta.get("uid") not in (None, uid)
+        else "",
+        f"the canary's pod {name} in the bake is being deleted"
+        if meta.get("deletionTimestamp")
+        else "",
+        *(_container_problem(c, since) for c in status.get("containerStatuses") or []),
+        ""
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        else f"the canary's pod {name} is not Ready (its readiness probe fails)",
+    ]
+    return next((p for p in problems if p), "")
+
+
+def _container_problem(c: dict[str, Any], since: dt.datetime | None) -> str:
+    state = c.get("state") or {}
+    last = (c.get("lastState") or {}).get("terminated") or {}
+    if "running" not in state:
+        why = (state.get("waiting") or state.get("terminated") or {}).get("reason", "")
+        return f"the canary's container {c.get('name')} stopped ({why or 'not running'})"
+    if since is not None and _after(last.get("finishedAt"), since):
+        return (
+            f"the canary's container {c.get('name')} restarted during the bake (exit "
+            f"{last.get('exitCode')}, {last.get('reason', '')}; restarts "
+            f"{c.get('restartCount', 0)})"
+        )
+    return ""
+
+
+def _after(stamp: str | None, since: dt.datetime) -> bool:
+    try:
+        return bool(stamp) and dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) >= since
+    except ValueError:
+        return False
+
+
 def _bake(
     reader: Kube, svc: Service, canary_pods: tuple[dict[str, Any], ...], live: LiveReader | None
 ) -> Bake | None:
@@ -65,6 +118,7 @@ def _bake(
     if slice_ is None or not _owned(slice_, svc):
         return None
     started = slice_["metadata"].get("creationTimestamp", "")
+    since = None
     try:
         since = dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
         elapsed = max(0.0, (dt.datetime.now(dt.UTC) - since).total_seconds())
@@ -77,10 +131,14 @@ def _bake(
             error="no Prometheus to read (the operator's "
             "prometheusUrl setting, VLLM_OPERATOR_PROMETHEUS_URL, is empty)",
         )
-    refs = [e.get("targetRef", {}).get("name") for e in slice_.get("endpoints") or []]
+    refs = {
+        e.get("targetRef", {}).get("name"): e.get("targetRef", {}).get("uid")
+        for e in slice_.get("endpoints") or []
+    }
     pods = [p["metadata"]["name"] for p in canary_pods if p["metadata"]["name"] in refs]
-    if not pods:
-        return Bake(started, elapsed, error="the canary's pod in the bake is gone")
+    problem = _baking_pod_problem(refs, canary_pods, since)
+    if problem:
+        return Bake(started, elapsed, pod_problem=problem)
     window = int(elapsed) + 1
     covered = float(max(window, live.min_window_seconds))
     half = int(elapsed / 2) + 1  # the most recent half, once it is a window of its own

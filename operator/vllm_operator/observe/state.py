@@ -80,6 +80,9 @@ class Bake:
     # the canary's first seconds, is in the whole window only)
     recent_canary: LiveFigures | None = None
     recent_stable: LiveFigures | None = None
+    # what happened to the canary's pod in the bake ("": it serves as when the bake began):
+    # gone, replaced, not Ready, a container restarted (decide/bake.py: the bake fails)
+    pod_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class Observed:
     canary_waiting: tuple[PodProblem, ...] = field(default_factory=tuple)
     # the canary's bake on live traffic, while its EndpointSlice exists (None: not baking)
     bake: Bake | None = None
+    # status.rollout as the operator last wrote it (its own record: a bake that began, its
+    # verdict, outlive the children that carry them, which anyone can delete)
+    recorded_rollout: dict[str, Any] = field(default_factory=dict)
 
     @property
     def waits_for_room(self) -> bool:

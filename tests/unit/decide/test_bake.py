@@ -477,3 +477,122 @@ def test_a_hung_prometheus_costs_a_read_its_client_timeout_and_a_reconcile_its_b
         # past the reconcile's deadline no query is begun
         with pytest.raises(LiveBudgetError):
             reader.figures("ns", 'pod="p"', 60, deadline=time.monotonic() - 1)
+
+
+# ---- issue 32, items 3 and 4: the baking pod stops serving; the record outlives the children --
+
+
+def _canary_pod(api: FakeApi) -> str:
+    (path,) = [p for p in api.objects if "/pods/minimal-canary-" in p]
+    return path
+
+
+def _now_stamp() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unready(pod: dict[str, Any]) -> None:
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+
+def _restarted(pod: dict[str, Any]) -> None:
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": "vllm",
+            "restartCount": 1,
+            "state": {"running": {"startedAt": _now_stamp()}},
+            "lastState": {
+                "terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": _now_stamp()}
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fault", "why"),
+    [
+        (_unready, "is not Ready (its readiness probe fails)"),
+        (_restarted, "restarted during the bake (exit 137, OOMKilled; restarts 1)"),
+        (None, "is gone (deleted, evicted or drained)"),
+    ],
+)
+def test_a_baking_pod_that_stops_serving_ends_the_bake_as_failed(
+    live: Live, fault: Any, why: str
+) -> None:
+    api = FakeApi(SETTINGS)
+    _baking(api)
+    reconciled(api)
+    _age(api, 20)
+    reconciled(api)
+    assert rollout(api)["phase"] == "Baking"  # the control: baking, the figures as good
+    pod = _canary_pod(api)
+    if fault is None:
+        del api.objects[pod]
+    else:
+        fault(api.objects[pod])
+    outcome = reconciled(api)
+    assert rollout(api)["phase"] == "Aborted"
+    assert rollout(api)["bake"]["verdict"] == "Failed"
+    assert why in rollout(api)["message"]
+    assert serving_revision(api) == rev(8)
+    assert SLICE not in api.objects
+    assert ("Warning", "RolloutAborted") in events(outcome)
+
+
+def test_a_restart_before_the_bake_began_is_not_one_during_it(live: Live) -> None:
+    api = FakeApi(SETTINGS)
+    _baking(api)
+    reconciled(api)
+    _age(api, 20)
+    pod = api.objects[_canary_pod(api)]
+    _restarted(pod)
+    # (it restarted a minute ago, during its benchmark run; the bake began 20 s ago)
+    earlier = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
+    pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["finishedAt"] = (
+        earlier.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    reconciled(api)
+    assert rollout(api)["phase"] == "Baking"
+
+
+def test_a_bake_whose_endpoint_and_pod_are_gone_fails_by_the_status_record(live: Live) -> None:
+    # the slice pruned and the pod gone between two looks (the operator down meanwhile): the
+    # status on record says the bake began; it is not begun again from zero
+    api = FakeApi(SETTINGS)
+    _baking(api)
+    reconciled(api)
+    _age(api, 20)
+    reconciled(api)
+    assert rollout(api)["bake"]["startedAt"]
+    del api.objects[SLICE]
+    _unready(api.objects[_canary_pod(api)])
+    reconciled(api)
+    assert rollout(api)["phase"] == "Aborted"
+    assert "stopped serving during the bake" in rollout(api)["message"]
+    # the verdict outlives the canary Deployment that keeps it: deleted, it stays aborted
+    del api.objects[CANARY]
+    for _ in range(2):
+        reconciled(api)
+    assert rollout(api)["phase"] == "Aborted"
+    assert serving_revision(api) == rev(8)
+    assert SLICE not in api.objects
+
+
+def test_a_pod_replaced_after_its_run_passed_bakes_as_its_replacement(live: Live) -> None:
+    api = FakeApi(SETTINGS)
+    stable(api, 8)
+    apply_spec(api, 16, None, rollout=BAKE)
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16), rev(16)), 70)
+    # evicted, and its ReplicaSet's replacement Ready, before the bake begins
+    old = _canary_pod(api)
+    pod = api.objects.pop(old)
+    pod["metadata"] = {**pod["metadata"], "name": pod["metadata"]["name"] + "b", "uid": "new"}
+    pod["status"] = {**pod["status"], "podIP": "10.0.0.10"}
+    api.put(old + "b", pod)
+    reconciled(api)
+    assert rollout(api)["phase"] == "Baking"
+    (endpoint,) = api.objects[SLICE]["endpoints"]
+    assert endpoint["targetRef"]["name"] == pod["metadata"]["name"]
+    assert endpoint["addresses"] == ["10.0.0.10"]
