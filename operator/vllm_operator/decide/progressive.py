@@ -310,6 +310,7 @@ def _baking(
                 phase=BAKING,
                 canary_replicas=1,
                 hold=plan.held,
+                take_one=_take_one(svc, observed),
                 bake_endpoint=endpoint,
                 message=f"revision {rev} {passed} on the canary; it joins the Service's "
                 f"endpoints to bake {limits.seconds} s on live traffic beside revision {stable}"
@@ -327,6 +328,7 @@ def _baking(
                 phase=BAKING,
                 canary_replicas=1,
                 hold=plan.held,
+                take_one=_take_one(svc, observed),
                 bake_endpoint=_endpoint(observed, plan),
                 bake=observed.bake,
                 bake_verdict=BAKE_INCONCLUSIVE,
@@ -340,6 +342,7 @@ def _baking(
                 phase=BAKING,
                 canary_replicas=1,
                 hold=plan.held,
+                take_one=_take_one(svc, observed),
                 bake_endpoint=_endpoint(observed, plan),
                 bake=observed.bake,
                 message=f"revision {rev}: {judged.message}",

@@ -20,6 +20,7 @@ import requests
 from tests.chart_support import argocd_health
 from tests.unit.decide.test_canary import (
     CANARY,
+    DEP,
     PATH,
     SETTINGS,
     apply_spec,
@@ -596,3 +597,54 @@ def test_a_pod_replaced_after_its_run_passed_bakes_as_its_replacement(live: Live
     (endpoint,) = api.objects[SLICE]["endpoints"]
     assert endpoint["targetRef"]["name"] == pod["metadata"]["name"]
     assert endpoint["addresses"] == ["10.0.0.10"]
+
+
+def test_replace_stable_keeps_the_stable_pod_out_while_the_canary_bakes(live: Live) -> None:
+    # (issue 31: the one-fewer rule held in the Canary phase only; in Baking the serving
+    # Deployment went back to 3 while the canary still held the GPU, the third pod Pending)
+    extra = {
+        "replicas": 3,
+        "rollout": {"canary": {"whenNoRoom": "ReplaceStable", **BAKE["canary"]}},
+    }
+    api = FakeApi(SETTINGS)
+    apply_spec(api, 8, None, **extra)
+    rolled_out(api)
+    reconciled(api)
+    apply_spec(api, 16, None, **extra)
+    pod = "minimal-canary-abc-x1"
+    api.put(
+        _path("v1", "Pod", "ns", pod),
+        {
+            "metadata": {
+                "name": pod,
+                "namespace": "ns",
+                "uid": "p",
+                "creationTimestamp": _now_stamp(),
+                "labels": dict(api.objects[CANARY]["spec"]["template"]["metadata"]["labels"]),
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                    }
+                ],
+            },
+        },
+    )
+    reconciled(api)
+    assert api.objects[DEP]["spec"]["replicas"] == 2
+    del api.objects[_path("v1", "Pod", "ns", pod)]
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16, None, **extra), rev(16)), 70)
+    for _ in range(2):
+        reconciled(api)
+        assert rollout(api)["phase"] == "Baking"
+        assert api.objects[DEP]["spec"]["replicas"] == 2  # still one out while it bakes
+    _age(api, 61)
+    reconciled(api)
+    assert (serving_revision(api), api.objects[DEP]["spec"]["replicas"]) == (rev(16), 3)
