@@ -30,6 +30,9 @@ from vllm_operator.api.spec import AlertThresholds, AutoscalingSpec
 from vllm_operator.generate.dashboard import build_dashboard, concrete, dashboard_queries
 from vllm_operator.render.monitoring import (
     BAND_METRIC,
+    CANARY_OF_LABEL,
+    CANARY_OF_REGEX,
+    CANARY_OF_SOURCES,
     SERVICE_RELABEL_SOURCE,
     Scope,
     operator_alerts,
@@ -119,6 +122,11 @@ def vllm_pod_relabel_configs() -> list[dict[str, Any]]:
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
         {"source_labels": [SERVICE_RELABEL_SOURCE], "target_label": "service"},
+        {
+            "source_labels": list(CANARY_OF_SOURCES),
+            "regex": CANARY_OF_REGEX,
+            "target_label": CANARY_OF_LABEL,
+        },
     ]
 
 

@@ -37,6 +37,16 @@ MONITORING_CRDS = {
 # the pod label that names the VLLMService; relabelled into the `service` label at scrape time
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 SERVICE_RELABEL_SOURCE = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
+# a canary's series: `service` is `<name>-canary` (no rule or autoscaler of the service counts
+# it) and `canary_of` names the service whose canary it is, from the pod's component label
+# (canary) and its serving.vllm-operator.dev/service label, so that an alert of a canary reads
+# as that service's revision on trial, not as a new service failing (and a route can tell it)
+CANARY_OF_LABEL = "canary_of"
+CANARY_OF_SOURCES = (
+    "__meta_kubernetes_pod_label_app_kubernetes_io_component",
+    "__meta_kubernetes_pod_label_serving_vllm_operator_dev_service",
+)
+CANARY_OF_REGEX = "canary;(.+)"
 
 # ---- the autoscaler's band metric -----------------------------------------------------------
 # What the HPA targets (a Pods metric, served by prometheus-adapter). One series per vLLM pod,
@@ -117,12 +127,19 @@ class AlertDef:
 
 def _quantile(scope: Scope, histogram: str, q: float = 0.99) -> str:
     return (
-        f"histogram_quantile({q}, sum by (namespace, service, le) "
+        f"histogram_quantile({q}, sum by (namespace, service, {CANARY_OF_LABEL}, le) "
         f"(rate({scope.sel(histogram + '_bucket')}[{RATE_WINDOW}])))"
     )
 
 
 SERVICE_TEXT = "{{ $labels.namespace }}/{{ $labels.service }}"
+# a vLLM alert's subject: the service, or the canary of one (CANARY_OF_LABEL)
+VLLM_TEXT = (
+    SERVICE_TEXT + f"{{{{ if $labels.{CANARY_OF_LABEL} }}}} (the canary of "
+    f"{{{{ $labels.namespace }}}}/{{{{ $labels.{CANARY_OF_LABEL} }}}}: a new revision on "
+    "trial, not a serving pod){{ end }}"
+)
+BY_SERVICE = f"by (namespace, service, {CANARY_OF_LABEL})"
 VALUE_TEXT = '{{ $value | printf "%.3g" }}'
 
 
@@ -135,11 +152,11 @@ def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
     vllm:request_time_per_output_token_seconds observes one mean per request, which averages a
     stall away over the request's tokens and would under-report the p99 the lab's 50 ms is about.
     """
-    s = SERVICE_TEXT
+    s = VLLM_TEXT
     return [
         AlertDef(
             id=names.KV_CACHE_USAGE_HIGH,
-            query=f"max by (namespace, service) ({scope.sel('vllm:kv_cache_usage_perc')})",
+            query=f"max {BY_SERVICE} ({scope.sel('vllm:kv_cache_usage_perc')})",
             threshold=t.kv_cache_usage,
             summary=f"vLLM {s}: KV cache {{{{ $value | humanizePercentage }}}} full",
             description=(
@@ -186,8 +203,8 @@ def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
         AlertDef(
             id=names.REQUESTS_WAITING_HIGH,
             query=(
-                "max by (namespace, service) "
-                f"(sum by (namespace, service, pod) ({scope.sel('vllm:num_requests_waiting')}))"
+                f"max {BY_SERVICE} (sum by (namespace, service, {CANARY_OF_LABEL}, pod) "
+                f"({scope.sel('vllm:num_requests_waiting')}))"
             ),
             threshold=t.waiting_requests,
             summary=f"vLLM {s}: {VALUE_TEXT} requests waiting on one pod",
@@ -200,8 +217,7 @@ def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
         AlertDef(
             id=names.PREEMPTIONS_HIGH,
             query=(
-                "sum by (namespace, service) "
-                f"(rate({scope.sel('vllm:num_preemptions_total')}[{RATE_WINDOW}]))"
+                f"sum {BY_SERVICE} (rate({scope.sel('vllm:num_preemptions_total')}[{RATE_WINDOW}]))"
             ),
             threshold=t.preemptions_per_second,
             summary=f"vLLM {s}: {VALUE_TEXT} preemptions/s",
@@ -380,7 +396,14 @@ def pod_relabelings() -> list[dict[str, Any]]:
             "sourceLabels": [SERVICE_RELABEL_SOURCE],
             "targetLabel": "service",
             "action": "replace",
-        }
+        },
+        {
+            "sourceLabels": list(CANARY_OF_SOURCES),
+            "regex": CANARY_OF_REGEX,
+            "targetLabel": CANARY_OF_LABEL,
+            "replacement": "$1",
+            "action": "replace",
+        },
     ]
 
 

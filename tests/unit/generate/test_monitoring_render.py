@@ -89,7 +89,17 @@ def test_pod_monitor_scrapes_the_server_and_canary_pods_with_the_service_label()
                             ],
                             "targetLabel": "service",
                             "action": "replace",
-                        }
+                        },
+                        {  # a canary's series: the service it is the canary of
+                            "sourceLabels": [
+                                "__meta_kubernetes_pod_label_app_kubernetes_io_component",
+                                "__meta_kubernetes_pod_label_serving_vllm_operator_dev_service",
+                            ],
+                            "regex": "canary;(.+)",
+                            "targetLabel": "canary_of",
+                            "replacement": "$1",
+                            "action": "replace",
+                        },
                     ],
                 }
             ],
@@ -117,7 +127,7 @@ def test_prometheus_rule_is_scoped_to_the_service_and_carries_its_thresholds() -
     alerts = {r["alert"]: r for r in groups["vllm-alerts"] + groups["vllm-operator-alerts"]}
     sel = 'namespace="ns",service="tinyllama"'
     assert alerts["VLLMKVCacheUsageHigh"]["expr"] == (
-        f"max by (namespace, service) (vllm:kv_cache_usage_perc{{{sel}}}) > 0.8"
+        f"max by (namespace, service, canary_of) (vllm:kv_cache_usage_perc{{{sel}}}) > 0.8"
     )
     assert alerts["VLLMTTFTP99High"]["expr"].endswith(") > 1.5")
     assert alerts["VLLMTTFTP99High"]["for"] == "2m"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from vllm_operator.api.spec import AlertThresholds
 from vllm_operator.generate.monitoring import all_queries, render_files, rule_queries
 from vllm_operator.render.monitoring import (
     BAND_METRIC,
+    CANARY_OF_LABEL,
     SCALE_UP_FLOOR,
     AlertDef,
     Scope,
@@ -190,13 +192,22 @@ def expected_annotations(alert: AlertDef, c: Case, runbook_url: str) -> dict[str
     """The alert's annotation templates as Prometheus expands them."""
     subs = {
         "{{ $labels.namespace }}": NS,
-        "{{ $labels.service }}": SVC,
+        "{{ $labels.service }}": c.labels.get("service", SVC),
         "{{ $labels.revision }}": c.labels.get("revision", ""),
         "{{ $value | humanizePercentage }}": "%.4g%%" % (c.value * 100),  # Go's %.4g
         '{{ $value | printf "%.3g" }}': "%.3g" % c.value,  # noqa: UP031
     }
 
+    canary_of = c.labels.get(CANARY_OF_LABEL, "")
+
     def expand(text: str) -> str:
+        # {{ if $labels.canary_of }}...{{ end }}: the inner text for a canary's series only
+        text = re.sub(
+            r"\{\{ if \$labels\.canary_of \}\}(.*?)\{\{ end \}\}",
+            lambda m: m[1] if canary_of else "",
+            text,
+        )
+        text = text.replace("{{ $labels.canary_of }}", canary_of)
         for k, v in subs.items():
             text = text.replace(k, v)
         assert "{{" not in text, text
@@ -530,3 +541,45 @@ def test_rendered_band_is_exact_at_its_thresholds_whatever_the_pod_order(
             if g["name"] == "vllm-autoscaling-band"
         ]
     run_tests(promtool, tmp_path, groups, [band_threshold_test(services)])
+
+
+def test_a_canarys_alert_names_the_service_it_is_the_canary_of(
+    promtool: str, tmp_path: Path
+) -> None:
+    # (issue 31: a canary's series carry service=<name>-canary, so its alerts fired as if a new
+    # service were failing); scraped, its series carry canary_of=<name> (the scrape configs and
+    # the PodMonitor relabel it from the pod's labels), which the alerts keep
+    groups = yaml.safe_load(render_files()["vllm-alerts.rules.yaml"])["groups"]
+    (alert,) = [
+        a for a in vllm_alerts(Scope(), AlertThresholds()) if a.name == "VLLMKVCacheUsageHigh"
+    ]
+    canary = LABELS.replace(f'service="{SVC}"', f'service="{SVC}-canary",canary_of="{SVC}"')
+    above = case(alert, above=True, labels=canary)
+    above.labels.update({"service": f"{SVC}-canary", CANARY_OF_LABEL: SVC})
+    annotations = expected_annotations(alert, above, SETTINGS.runbook_url)
+    assert (
+        f"vLLM {NS}/{SVC}-canary (the canary of {NS}/{SVC}: a new revision on trial"
+        in (annotations["summary"])
+    )
+    test = {
+        "interval": "1m",
+        "input_series": above.series,
+        "alert_rule_test": [
+            {
+                "eval_time": f"{above.lag_minutes + _minutes(alert.for_) + 1}m",
+                "alertname": alert.name,
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": alert.severity,
+                            "namespace": NS,
+                            "service": f"{SVC}-canary",
+                            CANARY_OF_LABEL: SVC,
+                        },
+                        "exp_annotations": annotations,
+                    }
+                ],
+            }
+        ],
+    }
+    run_tests(promtool, tmp_path, groups, [test])
