@@ -6,8 +6,12 @@
 #      (crds/samples/tiny-cpu.yaml): a vLLM pod on the real node, Ready on /health;
 #   3. the rollout's benchmark Job runs the benchmark image against the new pod and the
 #      operator puts the measured numbers into the status;
-#   4. a spec change rolls the pod (maxSurge 0: two vLLM pods do not fit on this node) and the
-#      new revision is benchmarked too.
+#   4. the promise (localenv/vllm_localenv/demo.py): with a client streaming through the
+#      Service the whole time, a revision that cannot pass its gate is measured on a canary pod
+#      outside the Service and aborted there (the stable pod keeps serving), then a good one is
+#      measured on its canary and promoted; a table of the revisions and the client's failed
+#      requests (0) at the end. (The sample runs at 700m here: the serving pod, the canary
+#      and the benchmark Job's 500m fit on the node's 2 CPUs.)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -20,7 +24,7 @@ echo
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.allocatable.nvidia\.com/gpu,CPU:.status.allocatable.cpu,SIMULATED:.metadata.annotations.kwok\.x-k8s\.io/node'
 echo
 $PY -m vllm_localenv model-volume default
-kubectl apply -f crds/samples/tiny-cpu.yaml
+sed 's/^    cpu: "1"$/    cpu: 700m/' crds/samples/tiny-cpu.yaml | kubectl apply -f -
 kubectl wait --for=condition=Ready vllmservice/tiny-cpu --timeout=600s
 kubectl get deployments,services,pods,pvc -l serving.vllm-operator.dev/service=tiny-cpu -o wide
 echo
@@ -52,15 +56,22 @@ echo "benchmarking the rollout (a Job running the benchmark image on the real no
 rev1=$(benchmarked "")
 kubectl get vllmservices -o wide
 echo
-echo "a spec change rolls the pod and benchmarks the new revision..."
-kubectl patch vllmservice tiny-cpu --type=merge -p '{"spec":{"engine":{"maxNumSeqs":8}}}'
-benchmarked "$rev1" >/dev/null
-kubectl get vllmservices -o wide
-echo
 kubectl get vllmservice tiny-cpu -o jsonpath='{.status.benchmark}' | $PY -m json.tool
+echo
+echo "revision $rev1 serves. Now every new revision is benchmarked on a canary before it serves:"
+$PY -m vllm_localenv demo-canary tiny-cpu
+echo
+kubectl get vllmservices -o wide
 cat <<MSG
 
 demo finished in $(( $(date +%s) - t0 ))s
+What you saw: a revision that failed its gate never served a request (measured twice on its
+canary, outside the Service, then Aborted: Degraded=True, reason CanaryAborted, a Warning
+event); the good one was measured on its canary and promoted; the client streaming through the
+Service never saw a failed request. Next: kubectl describe vllmservice tiny-cpu (the events),
+docs/progressive-delivery.md (the bake on live traffic, rollout.canary.bake, with a Prometheus
+the operator can reach), kubectl annotate vllmservice tiny-cpu
+serving.vllm-operator.dev/abort=<revision> (abort a canary by hand).
 Use the cluster:  $($PY -m vllm_localenv env)
 Logs:             .state/cluster/logs/ (kubelet.log, containerd.log, ...); kubectl logs works too
 Stop everything:  make cluster-down

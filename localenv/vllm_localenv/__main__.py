@@ -7,6 +7,8 @@ operator                            CRDs + RBAC + the operator as a host process
 vllm                                a real vLLM server on CPU on the host (the tiny model)
 play-benchmark SERVICE              run a benchmark Job's command on the host (simulated GPU pods)
 check-host                          every command of scripts/host-packages.tsv is on this host
+demo-canary SERVICE                 make demo's second half: a bad revision stopped at its canary, a
+                                    good one promoted, a client streaming through the Service
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_localenv import benchjob, host_packages, model_volume
+from vllm_localenv import benchjob, demo, host_packages, model_volume
 from vllm_localenv.cluster import DEFAULT_STATE_DIR, ClusterError, LocalCluster, Ports
 from vllm_localenv.node import NodeError
 from vllm_localenv.operator_process import OperatorProcess, deploy_operator, install
@@ -129,6 +131,10 @@ def _play(cluster: LocalCluster, args: argparse.Namespace) -> int:
     return code
 
 
+def _demo_canary(cluster: LocalCluster, args: argparse.Namespace) -> int:
+    return 1 if demo.canary(cluster, args.namespace, args.service) else 0
+
+
 def _check_host(_: LocalCluster, args: argparse.Namespace) -> int:
     return host_packages.check(tuple(args.purpose) if args.purpose else None)
 
@@ -165,6 +171,10 @@ COMMANDS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], int], str
         _check_host,
         "check that every command of scripts/host-packages.tsv is on this host",
     ),
+    "demo-canary": (
+        _demo_canary,
+        "make demo's canary half: a bad revision aborted on its canary, a good one promoted",
+    ),
     "play-benchmark": (
         _play,
         (
@@ -192,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parsers["vllm"].add_argument("--port", type=int, default=18000)
     parsers["model-volume"].add_argument("namespace", nargs="?", default="default")
     parsers["model-volume"].add_argument("--claim", default="tiny-model")
+    parsers["demo-canary"].add_argument("service")
+    parsers["demo-canary"].add_argument("-n", "--namespace", default="default")
     parsers["play-benchmark"].add_argument("service")
     parsers["play-benchmark"].add_argument("-n", "--namespace", default="default")
     parsers["play-benchmark"].add_argument("--url", default="http://127.0.0.1:18000")
