@@ -393,6 +393,12 @@ def _after(svc: Service, observed: Observed, plan: Plan, idle: int | None) -> Ro
     # the bake's verdict stays on the canary Deployment (and in the status) with the revision
     noted = bake_note(observed, plan.revision) if idle is not None else None
     baked = f" (it {_BAKED.get(noted[0], noted[0])}: {noted[1]})" if noted else ""
+    if svc.abort == plan.revision:  # too late for the canary: said, not ignored in silence
+        baked += (
+            f"; the abort annotation ({ABORT_ANNOTATION}={plan.revision}) came after the "
+            "serving pods began to roll to it: a canary is aborted only before its promotion; "
+            "to go back, apply the earlier spec (it is measured on a canary in turn)"
+        )
     return Rollout(
         phase=PROMOTED if done else PROMOTING,
         revision=plan.revision,

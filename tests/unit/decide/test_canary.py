@@ -269,6 +269,22 @@ def test_abort_by_hand_keeps_the_stable_revision() -> None:
     assert serving_revision(api) == rev(8)
 
 
+def test_an_abort_after_the_serving_pods_began_to_roll_is_said_not_ignored() -> None:
+    # (issue 32, item 6: it was ignored in silence once the revision was Promoting)
+    api = FakeApi(SETTINGS)
+    stable(api, 8)
+    apply_spec(api, 16)
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16), rev(16)), 70)
+    reconciled(api)
+    assert (rollout(api)["phase"], serving_revision(api)) == ("Promoting", rev(16))
+    annotate(api, ABORT_ANNOTATION, rev(16))
+    assert rollout(api)["phase"] in ("Promoting", "Promoted")
+    assert serving_revision(api) == rev(16)
+    assert "came after the serving pods began to roll to it" in rollout(api)["message"]
+
+
 def test_under_report_a_failing_revision_is_measured_first_then_promoted() -> None:
     report = {"onFailure": "Report", "thresholds": {"minOutputTokensPerSecond": 50}}
     api = FakeApi(SETTINGS)
