@@ -1316,7 +1316,14 @@ class BakeStatus(_Model):
     """The canary's live figures against the stable pods', as Prometheus reads them."""
 
     started_at: str | None = Field(default=None, description="When the canary joined.")
-    seconds: int | None = Field(default=None, description="Seconds baked so far.")
+    ends_at: str | None = Field(
+        default=None, description="When the bake's window ends (startedAt + bake.seconds)."
+    )
+    seconds: int | None = Field(
+        default=None,
+        description="Not written since endsAt (a count of seconds so far changed the status on "
+        "every reconcile); kept in the schema for statuses an earlier operator wrote.",
+    )
     verdict: Literal["Passed", "Failed", "Inconclusive"] | None = Field(
         default=None, description="The bake's outcome, once decided."
     )

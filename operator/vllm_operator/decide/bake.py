@@ -37,6 +37,7 @@ none, and is compared (and fails) on its 5xx share all the same.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from vllm_operator.api.spec import BakeSpec
@@ -148,6 +149,22 @@ def _stopped(limits: BakeSpec, bake: Bake) -> str:
     )
 
 
+def ends_at(bake: Bake, seconds: float) -> str:
+    """The time `seconds` after the bake began (its EndpointSlice's creation, the API server's
+    clock), as the status writes times ("": not known). A time, not a countdown: the message
+    and the status stay the same from one reconcile to the next while the figures do, so a
+    baking service's reconcile writes no status unless a figure a user reads changed."""
+    try:
+        start = dt.datetime.fromisoformat(bake.started.replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    return (start + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _at(bake: Bake, seconds: float) -> str:
+    return ends_at(bake, seconds) or f"{max(0, int(seconds - bake.elapsed))} s from now"
+
+
 def _unread(limits: BakeSpec, bake: Bake) -> Verdict | None:
     """The verdict before any figure is looked at (None: the figures decide)."""
     if bake.pod_problem:  # it stopped serving its share of the live traffic: cut streams
@@ -159,14 +176,12 @@ def _unread(limits: BakeSpec, bake: Bake) -> Verdict | None:
     if bake.error:
         return Verdict(
             None,
-            f"baking on live traffic ({bake.elapsed:.0f}/{limits.seconds} s): "
-            f"no figures: {bake.error}",
+            f"baking on live traffic until {_at(bake, limits.seconds)}: no figures: {bake.error}",
         )
     return None
 
 
 def judge(limits: BakeSpec, bake: Bake) -> Verdict:
-    left = max(0, int(limits.seconds - bake.elapsed))
     if (unread := _unread(limits, bake)) is not None:
         return unread
     canary = bake.canary
@@ -222,14 +237,14 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
             )
     if not ended:
         reach = (
-            f" (these reach back before the bake: they decide nothing for "
-            f"{bake.window - bake.elapsed:.0f} s more)"
+            " (these reach back before the bake: they decide nothing "
+            f"until {_at(bake, bake.window)})"
             if before
             else ""
         )
         return Verdict(
             None,
-            f"baking on live traffic beside the stable pods, {left} s left: "
+            f"baking on live traffic beside the stable pods until {_at(bake, limits.seconds)}: "
             + figures(canary, stable)
             + reach
             + unconfirmed,
@@ -248,4 +263,13 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
     )
 
 
-__all__ = ["FAILED", "INCONCLUSIVE", "PASSED", "Verdict", "answered", "figures", "judge"]
+__all__ = [
+    "FAILED",
+    "INCONCLUSIVE",
+    "PASSED",
+    "Verdict",
+    "answered",
+    "ends_at",
+    "figures",
+    "judge",
+]

@@ -30,7 +30,7 @@ from vllm_operator.api.spec import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Service
 from vllm_operator.decide.bake import FAILED as BAKE_FAILED
 from vllm_operator.decide.bake import INCONCLUSIVE as BAKE_INCONCLUSIVE
 from vllm_operator.decide.bake import PASSED as BAKE_PASSED
-from vllm_operator.decide.bake import Verdict, judge
+from vllm_operator.decide.bake import Verdict, ends_at, judge
 from vllm_operator.decide.gates import FAILED, PASSED, Run
 from vllm_operator.decide.policy import ABORTED_BY_HAND, PROMOTED_BY_HAND, Plan, Record
 from vllm_operator.decide.target_pod import ready as pod_ready
@@ -430,16 +430,22 @@ def status_of(rollout: Rollout, svc: Service) -> dict[str, Any] | None:
     if rollout.phase in (CANARY, BAKING):
         out["canary"] = canary_name(svc)
     if rollout.bake is not None or rollout.bake_verdict:
-        out["bake"] = _bake_status(rollout)
+        bake = svc.spec.rollout.canary_settings.bake
+        out["bake"] = _bake_status(rollout, bake.seconds if bake is not None else None)
     out["message"] = rollout.message
     return out
 
 
-def _bake_status(rollout: Rollout) -> dict[str, Any]:
+def _bake_status(rollout: Rollout, seconds: int | None) -> dict[str, Any]:
     b = rollout.bake
+    ends = ends_at(b, seconds) if b is not None and seconds is not None else ""
     out: dict[str, Any] = {}
     if b is not None:
-        out.update(startedAt=b.started, seconds=int(b.elapsed))
+        # when it began and when its window ends: times, not a count of seconds so far (a
+        # countdown would be a status write on every reconcile of a baking service)
+        out["startedAt"] = b.started
+        if ends:
+            out["endsAt"] = ends
     if rollout.bake_verdict:
         out["verdict"] = rollout.bake_verdict
     for prefix, f in (("canary", b.canary if b else None), ("stable", b.stable if b else None)):

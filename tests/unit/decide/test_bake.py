@@ -57,7 +57,7 @@ def figures(**changes: Any) -> LiveFigures:
 def test_a_canary_as_good_as_the_stable_pods_bakes_until_the_window_ends_then_passes() -> None:
     during = judge(LIMITS, Bake("t", 30, canary=GOOD, stable=GOOD))
     assert during.verdict is None
-    assert "30 s left" in during.message
+    assert "until 30 s from now" in during.message
     assert "canary 40 requests, TTFT p99 200 ms" in during.message
     after = judge(LIMITS, Bake("t", 60, canary=GOOD, stable=GOOD))
     assert after.verdict == PASSED
@@ -142,7 +142,7 @@ def test_figures_that_reach_back_before_the_bake_decide_no_abort_until_the_windo
     worse = figures(ttft_p99=0.9)
     early = judge(LIMITS, Bake("t", 10, canary=worse, stable=GOOD, window=60))
     assert early.verdict is None
-    assert "they decide nothing for 50 s more" in early.message
+    assert "they decide nothing until 50 s from now" in early.message
     assert "TTFT p99 900 ms" in early.message  # (the figures are shown)
     assert judge(LIMITS, Bake("t", 60, canary=worse, stable=GOOD, window=61)).verdict == FAILED
     short = BakeSpec(seconds=30, min_requests=20)
@@ -262,8 +262,22 @@ def test_a_passing_canary_joins_the_endpoints_bakes_and_is_promoted(live: Live) 
     assert rollout(api)["phase"] == "Baking"
     assert rollout(api)["bake"]["canaryRequests"] == 40
     assert rollout(api)["bake"]["stableTtftP99Seconds"] == 0.2
-    assert "s left" in rollout(api)["message"]
+    bake = rollout(api)["bake"]
+    ends = dt.datetime.fromisoformat(bake["endsAt"].replace("Z", "+00:00"))
+    began = dt.datetime.fromisoformat(bake["startedAt"].replace("Z", "+00:00"))
+    assert (ends - began).total_seconds() == 60
+    assert f"until {bake['endsAt']}" in rollout(api)["message"]
+    assert "seconds" not in bake
     assert serving_revision(api) == rev(8)
+    # the figures unchanged, a reconcile later: no status write (issue 32, item 8: the
+    # countdown in the message and bake.seconds wrote the status on every reconcile); the
+    # control: the figures were read again
+    status_path = PATH + "/status"
+    reads, writes = len(live.reads), len(api.writes_made())
+    time.sleep(1.1)  # (the clock moves on by a second: a countdown would change; not a wait)
+    reconciled(api)
+    assert len(live.reads) > reads
+    assert [w for w in api.writes_made()[writes:] if w[1] == status_path] == []
     # the window ends: promoted, the canary out of the endpoints
     _age(api, 61)
     outcome = reconciled(api)
