@@ -19,7 +19,14 @@ from typing import Any
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import RELEASE_HOLD_ANNOTATION, Service
 from vllm_operator.decide.gates import Headline
-from vllm_operator.decide.progressive import ABORTED, BAKING, CANARY, Rollout, status_of
+from vllm_operator.decide.progressive import (
+    ABORTED,
+    BAKING,
+    CANARY,
+    PROMOTING,
+    Rollout,
+    status_of,
+)
 from vllm_operator.observe.state import BenchView, Observed, rolled_out
 from vllm_operator.render.benchmark import REVISION_LABEL
 from vllm_operator.render.deployment import (
@@ -517,10 +524,23 @@ def _monitoring(svc: Service, crds: bool | None) -> list[Cond]:
     ]
 
 
-def _canary_conditions(conds: list[Cond], rollout: Rollout) -> list[Cond]:
+def _canary_conditions(conds: list[Cond], rollout: Rollout, available: int = 0) -> list[Cond]:
     """While the canary is measured the rollout is in progress (the serving pods, rolled out
     at the stable revision, say complete); once it is aborted the service is Degraded (a
-    rollback of its gates says so already: its reason stays)."""
+    rollback of its gates says so already: its reason stays). While a revision that passed is
+    Promoting, Ready says what serves: the available pods (issue 31: it said False while the
+    stable pod kept serving)."""
+    if rollout.phase == PROMOTING and available > 0:
+        serving = Cond(
+            "Ready",
+            "True",
+            "Promoting",
+            f"{available} replicas available serve while the serving pods roll to revision "
+            f"{rollout.revision}",
+        )
+        return [
+            serving if c.type == "Ready" and c.reason == "RolloutInProgress" else c for c in conds
+        ]
     if rollout.phase == BAKING:  # the canary serves beside the stable pods, compared
         baking = Cond("Progressing", "True", "Baking", rollout.message)
         return [baking if c.type == "Progressing" else c for c in conds]
@@ -628,7 +648,7 @@ def compute_status(
             )
     if rollout is not None and (shown := status_of(rollout, svc)) is not None:
         status["rollout"] = shown
-        conds = _canary_conditions(conds, rollout)
+        conds = _canary_conditions(conds, rollout, int(counts.get("availableReplicas") or 0))
     if bench_refused is not None:
         conds = [
             Cond(c.type, "False", bench_refused.reason, bench_refused.message)

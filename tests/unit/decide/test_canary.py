@@ -285,6 +285,34 @@ def test_an_abort_after_the_serving_pods_began_to_roll_is_said_not_ignored() -> 
     assert "came after the serving pods began to roll to it" in rollout(api)["message"]
 
 
+def test_while_a_good_revision_is_promoting_ready_says_the_stable_pod_serves() -> None:
+    # (issue 31: READY was False while the stable pod kept serving)
+    api = FakeApi(SETTINGS)
+    stable(api, 8)
+    apply_spec(api, 16)
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16), rev(16)), 70)
+    # the serving Deployment rolls: its surge pod of 16 not Ready yet, the pod of 8 serving
+    api.objects[DEP]["metadata"]["generation"] = 2
+    api.objects[DEP]["status"] = {
+        "observedGeneration": 2,
+        "replicas": 2,
+        "updatedReplicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+    }
+    reconciled(api)
+    assert rollout(api)["phase"] == "Promoting"
+    ready = cond(api, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Promoting"), ready
+    assert "1 replicas available serve" in ready["message"]
+    # nothing available (a one-replica service with maxUnavailable 1 mid-roll): not Ready
+    api.objects[DEP]["status"] = {**api.objects[DEP]["status"], "availableReplicas": 0}
+    reconciled(api)
+    assert cond(api, "Ready")["status"] == "False"
+
+
 def test_under_report_a_failing_revision_is_measured_first_then_promoted() -> None:
     report = {"onFailure": "Report", "thresholds": {"minOutputTokensPerSecond": 50}}
     api = FakeApi(SETTINGS)
