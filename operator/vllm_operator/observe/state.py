@@ -4,6 +4,7 @@ Kept apart from observe/read.py so that write/status.py (pure) can use them with
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,8 +222,35 @@ def _crashed(cs: dict[str, Any]) -> PodProblem | None:
     message += f" ({last.get('reason') or 'Error'}), restarted {restarts} times"
     tail = str(last.get("message") or "").strip()
     if tail:
-        message += ": " + tail[-MESSAGE_TAIL:]
+        message += ": " + cause(tail)
     return PodProblem("", str(reason), message)
+
+
+# the line of a Python traceback that names what was raised: `ValueError: ...`, also behind a
+# log prefix (vLLM's `(EngineCore_DP0 pid=81) ERROR 12-04 10:00:00 [core.py:708] ...`)
+_RAISED = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s|$)")
+
+
+def cause(log_tail: str) -> str:
+    """What a crashed container's log end says of its cause, at most MESSAGE_TAIL characters:
+    the last line that names a raised exception, from the exception's name to the line's end
+    (vLLM's engine start-up failures end with that line, then shutdown noise; a wrapper that
+    says "see root cause above" is passed over for the exception before it); without one,
+    the end of the log cut at a line's start (never from mid-sentence)."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    raised = [line[m.start(1) :] for line in lines if (m := _RAISED.search(line))]
+    # a wrapper that points back at the cause (vLLM's "Engine core initialization failed. See
+    # root cause above."): the exception before it is the cause
+    causes = [r for r in raised if "root cause above" not in r] or raised
+    if causes:
+        said = causes[-1]
+        return said if len(said) <= MESSAGE_TAIL else said[: MESSAGE_TAIL - 3] + "..."
+    out: list[str] = []
+    for line in reversed(lines):
+        if sum(len(x) + 1 for x in out) + len(line) > MESSAGE_TAIL:
+            break
+        out.insert(0, line)
+    return " / ".join(out) if out else log_tail[-MESSAGE_TAIL:]
 
 
 def pod_problems(

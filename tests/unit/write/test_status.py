@@ -12,7 +12,14 @@ from tests.unit.builders import service
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.decide.gates import Run
 from vllm_operator.observe.read import job_state
-from vllm_operator.observe.state import BenchView, Observed, PodProblem, pod_problems
+from vllm_operator.observe.state import (
+    MESSAGE_TAIL,
+    BenchView,
+    Observed,
+    PodProblem,
+    cause,
+    pod_problems,
+)
 from vllm_operator.write.status import apply_failed_status, compute_status, invalid_spec_status
 
 SETTINGS = OperatorSettings(cluster_domain="cluster.local")
@@ -911,3 +918,48 @@ def test_requests_that_outlast_the_drain_are_said_on_benchmark_complete() -> Non
     ) in message
     off = brief(measured_status(0.5, {"shutdownTimeoutSeconds": 0}))["BenchmarkComplete"][2]
     assert "(shutdownTimeoutSeconds: 0, vLLM aborts them at once)" in off
+
+
+# a crash-looping vLLM's log end (its termination message: FallbackToLogsOnError keeps the last
+# 2,048 bytes or 80 lines): the cause is the raised exception, then shutdown noise follows
+VLLM_LOG_END = (
+    "(EngineCore_DP0 pid=81) ERROR 12-04 10:00:00 [core.py:708]     self.model_execut"
+    "or = executor_class(vllm_config)\n"
+    '(EngineCore_DP0 pid=81) ERROR 12-04 10:00:00 [core.py:708]   File "/opt/vllm/lib'
+    '/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", line 240, in determine_'
+    "available_memory\n"
+    "(EngineCore_DP0 pid=81) ERROR 12-04 10:00:00 [core.py:708]     raise ValueError(\n"
+    "(EngineCore_DP0 pid=81) ERROR 12-04 10:00:00 [core.py:708] ValueError: To serve "
+    "at least one request with the models's max seq len (32768), (4.00 GiB KV cache i"
+    "s needed, which is larger than the available KV cache memory (1.00 GiB). Based o"
+    "n the available memory, the estimated maximum model length is 8192. Try increasi"
+    "ng `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+    "engine.\n"
+    "(EngineCore_DP0 pid=81) Process EngineCore_DP0:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/multiprocessing/process.py", line 314, in _bootstrap\n'
+    "    self.run()\n"
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed co"
+    "re proc(s): {}\n"
+    "[rank0]:[W1204 10:00:01.000000000 ProcessGroupNCCL.cpp:1479] Warning: WARNING: d"
+    "estroy_process_group() was not called before program exit\n"
+    "\n"
+)
+
+
+def test_a_crash_loops_message_quotes_the_cause_not_the_log_from_mid_sentence() -> None:
+    # (issue 31: the last 400 characters began mid-sentence and cut off the line naming the
+    # cause); the last exception line is quoted from the exception's name
+    # (vLLM's wrapper "RuntimeError: Engine core initialization failed. See root cause above."
+    # comes last: the exception before it is the cause)
+    root = cause(VLLM_LOG_END)
+    assert root.startswith("ValueError: To serve at least one request with the models's max seq")
+    assert root.endswith("when initializing the engine.")  # whole, from its start
+    assert len(root) <= MESSAGE_TAIL
+    # the last exception line otherwise
+    assert cause("Traceback:\n  File x\nOSError: [Errno 28] No space left on device\nbye") == (
+        "OSError: [Errno 28] No space left on device"
+    )
+    # no exception line: whole lines from the end, never from mid-line
+    plain = cause("starting\nloading weights\nkilled by the OOM killer")
+    assert plain == "starting / loading weights / killed by the OOM killer"
