@@ -290,6 +290,7 @@ def check_admission_policies(cluster: LocalCluster, kubeconfig: Path, namespace:
                 "kubernetes.io/service-name": "web",
                 "endpointslice.kubernetes.io/managed-by": "vllm-operator.serving.vllm-operator.dev",
             },
+            "ownerReferences": [_owner("web")],
         },
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}],
@@ -315,11 +316,72 @@ def check_admission_policies(cluster: LocalCluster, kubeconfig: Path, namespace:
         "a pod that is not the canary's": {"endpoints": [other_pod]},
         "no pod at all": {"endpoints": [{"addresses": ["192.0.2.1"]}]},
         "two endpoints": {"endpoints": [endpoint, endpoint]},
+        # (issue 32, item 7) a Service the operator does not serve, addresses and ports
+        "not owned by the VLLMService of its Service": {
+            "metadata": {**slice_["metadata"], "ownerReferences": [_owner("db")]}
+        },
+        "not owned at all": {
+            "metadata": {k: v for k, v in slice_["metadata"].items() if k != "ownerReferences"}
+        },
+        "two addresses": {"endpoints": [{**endpoint, "addresses": ["10.0.0.7", "10.0.0.8"]}]},
+        "two ports": {
+            "ports": [
+                {"name": "http", "port": 8000, "protocol": "TCP"},
+                {"name": "ssh", "port": 22, "protocol": "TCP"},
+            ]
+        },
+        "a UDP port": {"ports": [{"name": "http", "port": 8000, "protocol": "UDP"}]},
     }
     for what, change in slice_variants.items():
         res = as_account(cluster, kubeconfig, {**slice_, **change})
         assert res.returncode != 0, what
         assert "ValidatingAdmissionPolicy" in res.stderr, f"{what}: {res.stderr}"
+    # deletes: the operator deletes no slice but its own (the EndpointSlice controller's of
+    # Service web here; the policy's own message proves it answered, not RBAC or a 404)
+    foreign = {
+        **slice_,
+        "metadata": {
+            "name": "web-abc12",
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": "web"},
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(foreign))
+    other = delete_as_account(cluster, kubeconfig, namespace, "web-abc12")
+    assert other.returncode != 0
+    assert "ValidatingAdmissionPolicy" in other.stderr, other.stderr
+
+
+def _owner(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "name": name,
+        "uid": "00000000-0000-0000-0000-000000000001",
+        "controller": True,
+    }
+
+
+def delete_as_account(
+    cluster: LocalCluster, kubeconfig: Path, namespace: str, name: str
+) -> subprocess.CompletedProcess[str]:
+    """A server-side dry-run delete of EndpointSlice `name` with the account of `kubeconfig`."""
+    return subprocess.run(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={kubeconfig}",
+            "delete",
+            "--dry-run=server",
+            "-n",
+            namespace,
+            "endpointslice",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def benchmark_state(cluster: LocalCluster, namespace: str, name: str) -> str:
