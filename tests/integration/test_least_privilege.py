@@ -167,14 +167,40 @@ def finish_run(
     job: dict[str, Any],
     tmp: Path,
     tps: float | None = None,
+    *,
+    try_relabel: bool = False,
 ) -> None:
     """What the runner does at the end, as the Job's own ServiceAccount: publish a result
     into the run's ConfigMap (the only object its Role names); then the pod exits 0. `tps`:
-    the headline output tokens per second the result carries (None: no headline)."""
+    the headline output tokens per second the result carries (None: no headline).
+    `try_relabel`: first, as that account, move the result to another revision by its label,
+    which the admission policy refuses (issue 32, item 7); the data patch after it passes."""
     pod = job["spec"]["template"]["spec"]
     kubeconfig = cluster.service_account_kubeconfig(
         namespace, pod["serviceAccountName"], tmp / "job.kubeconfig"
     )
+    if try_relabel:
+        moved = {"metadata": {"labels": {"serving.vllm-operator.dev/revision": "0123456789"}}}
+        res = subprocess.run(
+            [
+                str(cluster.bin_dir / "kubectl"),
+                f"--kubeconfig={kubeconfig}",
+                "patch",
+                "configmap",
+                job["metadata"]["name"],
+                "-n",
+                namespace,
+                "--type=merge",
+                "-p",
+                json.dumps(moved),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert res.returncode != 0, "the run's account moved its result to another revision"
+        assert "ValidatingAdmissionPolicy" in res.stderr, res.stderr
     result: dict[str, Any] = {"status": "ok", "finishedAt": "2026-11-30T00:00:00Z", "scenarios": {}}
     if tps is not None:
         result["headline"] = {"outputTokensPerSecond": tps}
@@ -553,7 +579,14 @@ def test_the_operator_needs_no_permission_beyond_the_charts(
         gated = {"thresholds": {"minOutputTokensPerSecond": 1}, "keepRuns": 3}
         baked = {"canary": {"bake": {"seconds": 600}}}
         apply(cluster, ns_b, service("lp-bake", benchmark=gated, rollout=baked))
-        finish_run(cluster, ns_b, bench_job(cluster, ns_b, "lp-bake", 1), tmp_path, tps=100)
+        finish_run(
+            cluster,
+            ns_b,
+            bench_job(cluster, ns_b, "lp-bake", 1),
+            tmp_path,
+            tps=100,
+            try_relabel=True,
+        )
         wait_for(
             "lp-bake's run passed", lambda: benchmark_state(cluster, ns_b, "lp-bake") == "True"
         )
