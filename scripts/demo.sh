@@ -24,6 +24,10 @@ echo
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.allocatable.nvidia\.com/gpu,CPU:.status.allocatable.cpu,SIMULATED:.metadata.annotations.kwok\.x-k8s\.io/node'
 echo
 $PY -m vllm_localenv model-volume default
+# a service left by an earlier demo on this cluster goes first (with its benchmark history:
+# the demo's revisions would otherwise be decided already)
+kubectl delete vllmservice tiny-cpu --ignore-not-found --wait=true --timeout=300s
+kubectl wait --for=delete pod -l serving.vllm-operator.dev/service=tiny-cpu --timeout=300s 2>/dev/null || true
 sed 's/^    cpu: "1"$/    cpu: 700m/' crds/samples/tiny-cpu.yaml | kubectl apply -f -
 kubectl wait --for=condition=Ready vllmservice/tiny-cpu --timeout=600s
 kubectl get deployments,services,pods,pvc -l serving.vllm-operator.dev/service=tiny-cpu -o wide

@@ -33,7 +33,7 @@ SERVICE_LABEL = "serving.vllm-operator.dev/service"
 GATED = {
     "enabled": True,
     "onFailure": "Rollback",
-    "scenarios": ["streaming"],
+    "scenarios": ["batching", "streaming"],  # (tok/s, TTFT p95: the table's columns)
     "timeoutSeconds": 900,
     "args": ["--streaming-requests", "8", "--output-tokens", "16", "--warmup-requests", "1"],
 }
@@ -94,7 +94,19 @@ class Counter:
     answered: dict[str, tuple[str, float]] = field(default_factory=dict)  # pod -> (rev, n)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def _revisions(self) -> dict[str, str]:
+        """ReplicaSet -> the revision its Deployment ran (the Deployment controller copies the
+        operator's revision annotation onto each ReplicaSet)."""
+        sets = json.loads(self.cluster.kubectl("get", "rs", "-n", self.namespace, "-o", "json"))
+        return {
+            r["metadata"]["name"]: (r["metadata"].get("annotations") or {}).get(
+                REVISION_ANNOTATION, ""
+            )
+            for r in sets["items"]
+        }
+
     def _look(self) -> None:
+        revisions = self._revisions()
         pods = json.loads(
             self.cluster.kubectl(
                 "get",
@@ -109,7 +121,8 @@ class Counter:
         )["items"]
         for pod in pods:
             ip = (pod.get("status") or {}).get("podIP")
-            rev = (pod["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION, "")
+            owner: dict[str, Any] = next(iter(pod["metadata"].get("ownerReferences") or []), {})
+            rev = revisions.get(owner.get("name", ""), "")
             component = pod["metadata"].get("labels", {}).get("app.kubernetes.io/component")
             if not ip or component not in ("server", "canary"):
                 continue
@@ -161,14 +174,16 @@ def _status(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
 def _follow(
     cluster: LocalCluster, ns: str, name: str, client: Client, *, until: str, timeout: float
 ) -> dict[str, Any]:
-    """Prints each new (phase, revision) of status.rollout, with the client's failures so far,
-    until the phase is `until` for a revision other than the one serving before."""
-    seen: tuple[str, str] | None = None
+    """Prints each new step of status.rollout (phase, revision, message) with the client's
+    failures so far, until the phase is `until` (each step of the demo starts from another
+    phase)."""
+    seen: tuple[str, str, str] | None = None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = _status(cluster, ns, name)
         r = st.get("rollout") or {}
-        now = (r.get("phase", ""), r.get("revision", ""))
+        # a new phase, or a new step within one (the run, its confirmation, the roll)
+        now = (r.get("phase", ""), r.get("revision", ""), r.get("message", "")[:60])
         if now != seen and now[0]:
             seen = now
             print(
@@ -218,7 +233,8 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
     first = _status(cluster, ns, name).get("revision", "")
     client = Client(url, spec["model"].get("servedModelName") or "tiny")
     counter = Counter(cluster, ns, name)
-    phases: dict[str, tuple[str, str]] = {first: ("serving", "first revision")}
+    # revision -> (phase, verdict of its gates)
+    phases: dict[str, tuple[str, str]] = {first: ("Served", "no gates")}
     with _running(client, counter):
         while client.ok < 3 and not client.failures:
             time.sleep(0.5)
@@ -230,7 +246,7 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
         _patch(cluster, ns, name, BAD)
         st = _follow(cluster, ns, name, client, until="Aborted", timeout=1800)
         bad = st["rollout"]["revision"]
-        phases[bad] = ("Aborted", st["rollout"]["message"])
+        phases[bad] = ("Aborted", "failed")
         print(
             f"\n   the stable revision {st.get('revision')} kept serving; "
             f"client failures so far: {len(client.failures)}\n"
@@ -242,7 +258,7 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
         _patch(cluster, ns, name, GOOD)
         st = _follow(cluster, ns, name, client, until="Promoted", timeout=1800)
         good = st["rollout"]["revision"]
-        phases[good] = ("Promoted", st["rollout"]["message"])
+        phases[good] = ("Promoted", "passed")
         time.sleep(4)  # (one more look at the new pod's counter)
     runs = _runs(cluster, ns, name)
     served = counter.by_revision()
@@ -250,16 +266,19 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
         f"\n{'REVISION':18s} {'PHASE':9s} {'TOK/S':>7s} {'TTFT P95':>9s} "
         f"{'VERDICT':8s} {'ANSWERED':>8s}"
     )
-    for rev, (phase, _why) in phases.items():
-        run = runs.get(rev, {})
-        h = run.get("headline") or {}
-        tps = h.get("outputTokensPerSecond")
-        ttft = h.get("ttftP95Seconds")
+    for rev, (phase, verdict) in phases.items():
+        h = runs.get(rev, {}).get("headline") or {}
+        tps, ttft = h.get("outputTokensPerSecond"), h.get("ttftP95Seconds")
         print(
-            f"{rev:18s} {phase:9s} {tps if tps is None else f'{tps:.1f}'!s:>7s} "
+            f"{rev:18s} {phase:9s} {'-' if tps is None else f'{tps:.1f}':>7s} "
             f"{'-' if ttft is None else f'{ttft * 1000:.0f} ms':>9s} "
-            f"{run.get('state', '-') or '-':8s} {served.get(rev, 0):>8.0f}"
+            f"{verdict:8s} {served.get(rev, 0):>8.0f}"
         )
+    print(
+        "(TOK/S, TTFT P95: each revision's benchmark, the first one's full run, the canaries' a "
+        "short batching and streaming run of 16 tokens; ANSWERED: requests its pods answered, "
+        "benchmark runs included: an aborted canary's are its two runs' only)"
+    )
     print(
         f"\nclient: {client.sent} streams sent through the Service, {client.ok} answered, "
         f"{len(client.failures)} failed" + (f": {client.failures[:3]}" if client.failures else "")
