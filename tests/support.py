@@ -51,6 +51,26 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
 
 
+def through_renewals(
+    lease: Callable[[], dict[str, Any]],
+    rounds: int,
+    check: Callable[[], None],
+    every: float,
+) -> None:
+    """Runs `check` until the Lease (`lease()`: its spec) has been renewed `rounds` more times
+    (a round of its holder's elector each, a standby's rounds beside them on the same period):
+    rounds that demonstrably ran, not a pause. Polls every `every` seconds."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        check()
+        seen.add(lease()["renewTime"])
+        if len(seen) > rounds:
+            return
+        assert time.monotonic() < deadline, f"{len(seen) - 1} renewals of the Lease, not {rounds}"
+        time.sleep(every)
+
+
 def sample(name: str) -> dict[str, Any]:
     return dict(yaml.safe_load((SAMPLES / f"{name}.yaml").read_text()))
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import WAIT_SECONDS, wait_for
+from tests.support import through_renewals, wait_for
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.ha import (
     PROBE,
@@ -104,23 +104,6 @@ def _writes_of(cluster: LocalCluster, namespace: str, since: float, who: str) ->
 def _leading_alone(a: CandidateProcess, b: CandidateProcess) -> CandidateProcess | None:
     leaders = [c for c in (a, b) if c.alive and c.leading()]
     return leaders[0] if len(leaders) == 1 else None
-
-
-def _through_renewals(
-    cluster: LocalCluster, namespace: str, rounds: int, check: Callable[[], None]
-) -> None:
-    """Runs `check` until the Lease's holder has renewed it `rounds` more times (a round of
-    its elector each, the standby's rounds beside them on the same period): rounds that
-    demonstrably ran, not a pause."""
-    seen: set[str] = set()
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        check()
-        seen.add(_lease(cluster, namespace)["renewTime"])
-        if len(seen) > rounds:
-            return
-        assert time.monotonic() < deadline, f"{len(seen) - 1} renewals of the Lease, not {rounds}"
-        time.sleep(RETRY / 4)
 
 
 def test_a_killed_leader_is_replaced_and_never_overlaps(
@@ -231,7 +214,7 @@ def test_exactly_one_leader_after_the_api_server_restarts_under_both(
     def one_leader() -> None:
         assert _leading_alone(a, b) is leader
 
-    _through_renewals(cluster, probe, 3, one_leader)
+    through_renewals(lambda: _lease(cluster, probe), 3, one_leader, RETRY / 4)
     assert _lease(cluster, probe)["holderIdentity"] == leader.identity
     transitions = int(_lease(cluster, probe).get("leaseTransitions", 0)) - transitions_before
 

@@ -10,13 +10,12 @@ import json
 import re
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import WAIT_SECONDS, apply, ready, sample, wait_for
+from tests.support import apply, ready, sample, through_renewals, wait_for
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.ha import Partition, audit_writes, kubeconfig_via, restart_apiserver, write_runs
 from vllm_localenv.operator_process import OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, OperatorProcess
@@ -72,21 +71,6 @@ def _lease(cluster: LocalCluster) -> dict[str, Any]:
 
 def _lease_transitions(cluster: LocalCluster) -> int:
     return int(_lease(cluster).get("leaseTransitions", 0))
-
-
-def _through_renewals(cluster: LocalCluster, rounds: int, check: Callable[[], None]) -> None:
-    """Runs `check` until the Lease's holder has renewed it `rounds` more times (a round of
-    its elector each, the standby's rounds beside them on the same period): rounds that
-    demonstrably ran, not a pause."""
-    seen: set[str] = set()
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        check()
-        seen.add(_lease(cluster)["renewTime"])
-        if len(seen) > rounds:
-            return
-        assert time.monotonic() < deadline, f"{len(seen) - 1} renewals of the Lease, not {rounds}"
-        time.sleep(RETRY / 4)
 
 
 @pytest.fixture
@@ -172,7 +156,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_before_the_standby_starts(
             assert not _leads(a)
 
         # rounds of a's elector after the heal: three of b's renewals (the same period)
-        _through_renewals(cluster, 3, a_stands_by)
+        through_renewals(lambda: _lease(cluster), 3, a_stands_by, RETRY / 4)
         writes = audit_writes(cluster.audit_log, namespace, since=since, username=a.username)
         assert {w.replica for w in writes} == {_identity(a), _identity(b)}
         runs = write_runs(writes)
@@ -208,7 +192,9 @@ def test_one_leader_after_the_api_server_restarts_under_both_operators(
         def one_leader() -> None:
             assert [_leads(a), _leads(b)].count(True) == 1
 
-        _through_renewals(cluster, 3, one_leader)  # more rounds of both electors: still one
+        through_renewals(
+            lambda: _lease(cluster), 3, one_leader, RETRY / 4
+        )  # more rounds of both electors: still one
 
         writes = audit_writes(cluster.audit_log, namespace, since=since, username=a.username)
         assert {w.replica for w in writes} <= {_identity(a), _identity(b)}

@@ -26,11 +26,11 @@ from tests.unit.decide.test_canary import (
     apply_spec,
     cond,
     events,
+    passed_on_canary,
     reconciled,
     rev,
     rollout,
     serving_revision,
-    stable,
     svc,
 )
 from tests.unit.fake_api import FakeApi, publish, rolled_out
@@ -217,13 +217,8 @@ def live(monkeypatch: pytest.MonkeyPatch) -> Live:
 
 def _baking(api: FakeApi, bench: dict[str, Any] | None = None) -> str:
     """Revision 8 serves; 16 passed its benchmark on the canary and starts baking."""
-    stable(api, 8)
-    apply_spec(api, 16, bench, rollout=BAKE)
-    rolled_out(api, name="minimal-canary")
-    reconciled(api)
-    run = run_name(svc(16), rev(16))
-    publish(api, run, 70)
-    return run
+    passed_on_canary(api, bench, rollout=BAKE)
+    return run_name(svc(16), rev(16))
 
 
 def _age(api: FakeApi, seconds: float) -> None:
@@ -420,11 +415,7 @@ def _inconclusive(api: FakeApi, live: Live, policy: str | None) -> Any:
     bake: dict[str, Any] = {"seconds": 60, "minRequests": 20}
     if policy is not None:
         bake["whenInconclusive"] = policy
-    stable(api, 8)
-    apply_spec(api, 16, None, rollout={"canary": {"bake": bake}})
-    rolled_out(api, name="minimal-canary")
-    reconciled(api)
-    publish(api, run_name(svc(16), rev(16)), 70)
+    passed_on_canary(api, rollout={"canary": {"bake": bake}})
     reconciled(api)
     live.canary = figures(requests=3, http_requests=3)
     _age(api, 61)
@@ -595,11 +586,7 @@ def test_a_bake_whose_endpoint_and_pod_are_gone_fails_by_the_status_record(live:
 
 def test_a_pod_replaced_after_its_run_passed_bakes_as_its_replacement(live: Live) -> None:
     api = FakeApi(SETTINGS)
-    stable(api, 8)
-    apply_spec(api, 16, None, rollout=BAKE)
-    rolled_out(api, name="minimal-canary")
-    reconciled(api)
-    publish(api, run_name(svc(16), rev(16)), 70)
+    passed_on_canary(api, rollout=BAKE)
     # evicted, and its ReplicaSet's replacement Ready, before the bake begins
     old = _canary_pod(api)
     pod = api.objects.pop(old)

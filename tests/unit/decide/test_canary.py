@@ -67,6 +67,15 @@ def annotate(api: FakeApi, key: str, value: str) -> Outcome:
     return reconciled(api)
 
 
+def passed_on_canary(api: FakeApi, bench: dict[str, Any] | None = None, **extra: Any) -> None:
+    """Revision 8 serves; 16 is measured on its canary, and its run passes (70 tok/s)."""
+    stable(api, 8)
+    apply_spec(api, 16, bench, **extra)
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16), rev(16)), 70)
+
+
 def serving_revision(api: FakeApi) -> str:
     return template_revision(api.objects[DEP])
 
@@ -272,11 +281,7 @@ def test_abort_by_hand_keeps_the_stable_revision() -> None:
 def test_an_abort_after_the_serving_pods_began_to_roll_is_said_not_ignored() -> None:
     # (issue 32, item 6: it was ignored in silence once the revision was Promoting)
     api = FakeApi(SETTINGS)
-    stable(api, 8)
-    apply_spec(api, 16)
-    rolled_out(api, name="minimal-canary")
-    reconciled(api)
-    publish(api, run_name(svc(16), rev(16)), 70)
+    passed_on_canary(api)
     reconciled(api)
     assert (rollout(api)["phase"], serving_revision(api)) == ("Promoting", rev(16))
     annotate(api, ABORT_ANNOTATION, rev(16))
@@ -288,11 +293,7 @@ def test_an_abort_after_the_serving_pods_began_to_roll_is_said_not_ignored() -> 
 def test_while_a_good_revision_is_promoting_ready_says_the_stable_pod_serves() -> None:
     # (issue 31: READY was False while the stable pod kept serving)
     api = FakeApi(SETTINGS)
-    stable(api, 8)
-    apply_spec(api, 16)
-    rolled_out(api, name="minimal-canary")
-    reconciled(api)
-    publish(api, run_name(svc(16), rev(16)), 70)
+    passed_on_canary(api)
     # the serving Deployment rolls: its surge pod of 16 not Ready yet, the pod of 8 serving
     api.objects[DEP]["metadata"]["generation"] = 2
     api.objects[DEP]["status"] = {
