@@ -287,13 +287,27 @@ def _baking(
     limits = svc.spec.rollout.canary_settings.bake
     assert limits is not None
     rev, stable = plan.revision, base.stable
+    endpoint = _endpoint(observed, plan)
+
+    def baking(**changes: Any) -> Rollout:
+        """Still baking: one canary pod, the serving pods held, in the endpoints while Ready."""
+        return dataclasses.replace(
+            base,
+            phase=BAKING,
+            canary_replicas=1,
+            hold=plan.held,
+            take_one=_take_one(svc, observed),
+            bake_endpoint=endpoint,
+            **changes,
+        )
+
     noted = bake_note(observed, rev) or _recorded_verdict(observed, rev)
     began = _recorded_bake(observed, rev)
     if noted is not None:  # decided in an earlier reconcile: it stays decided
         verdict, why = noted
         note = f"{rev} {verdict} {why}"
     else:
-        if observed.bake is None and began and _endpoint(observed, plan) is None:
+        if observed.bake is None and began and endpoint is None:
             # the bake began (the status recorded it) and its endpoint is gone with its pod
             # (unready, deleted, replaced, crashed): it cut the streams it served; failed
             gone = next(
@@ -304,14 +318,7 @@ def _baking(
         else:
             judged = None
         if judged is None and observed.bake is None:
-            endpoint = _endpoint(observed, plan)
-            return dataclasses.replace(
-                base,
-                phase=BAKING,
-                canary_replicas=1,
-                hold=plan.held,
-                take_one=_take_one(svc, observed),
-                bake_endpoint=endpoint,
+            return baking(
                 message=f"revision {rev} {passed} on the canary; it joins the Service's "
                 f"endpoints to bake {limits.seconds} s on live traffic beside revision {stable}"
                 if endpoint is not None
@@ -323,13 +330,7 @@ def _baking(
         if judged.verdict == BAKE_INCONCLUSIVE and limits.when_inconclusive == "Wait":
             # not decided: it keeps baking, judged again on every reconcile (its verdict
             # comes once it has answered minRequests), or a person decides
-            return dataclasses.replace(
-                base,
-                phase=BAKING,
-                canary_replicas=1,
-                hold=plan.held,
-                take_one=_take_one(svc, observed),
-                bake_endpoint=_endpoint(observed, plan),
+            return baking(
                 bake=observed.bake,
                 bake_verdict=BAKE_INCONCLUSIVE,
                 message=f"revision {rev}: {judged.message} (whenInconclusive: Wait): it "
@@ -337,16 +338,7 @@ def _baking(
                 f"({PROMOTE_ANNOTATION} or {ABORT_ANNOTATION}={rev})",
             )
         if judged.verdict is None:
-            return dataclasses.replace(
-                base,
-                phase=BAKING,
-                canary_replicas=1,
-                hold=plan.held,
-                take_one=_take_one(svc, observed),
-                bake_endpoint=_endpoint(observed, plan),
-                bake=observed.bake,
-                message=f"revision {rev}: {judged.message}",
-            )
+            return baking(bake=observed.bake, message=f"revision {rev}: {judged.message}")
         verdict, why = judged.verdict, judged.message
         note = f"{rev} {verdict} {why}"[:4000]
     abort = verdict == BAKE_FAILED or (
