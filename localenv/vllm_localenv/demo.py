@@ -105,7 +105,7 @@ class Counter:
             for r in sets["items"]
         }
 
-    def _look(self) -> None:
+    def look(self) -> None:
         revisions = self._revisions()
         pods = json.loads(
             self.cluster.kubectl(
@@ -142,7 +142,7 @@ class Counter:
     def run(self) -> None:
         while not self.stop.is_set():
             with contextlib.suppress(Exception):  # (a pod starting or gone: the next look)
-                self._look()
+                self.look()
             self.stop.wait(2.0)
 
     def by_revision(self) -> dict[str, float]:
@@ -239,27 +239,37 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
         while client.ok < 3 and not client.failures:
             time.sleep(0.5)
         print(f"a client streams completions through Service {name} ({url}) from now on\n")
-        print(
-            "1. a revision that cannot pass its gate (maxNumSeqs 2, TTFT p95 <= 0.1 ms): "
-            "measured on a canary outside the Service"
+        steps = (
+            (
+                (
+                    "1. a revision that cannot pass its gate (maxNumSeqs 2, TTFT p95 <= 0.1 ms): "
+                    "measured on a canary outside the Service"
+                ),
+                BAD,
+                "Aborted",
+                "failed",
+            ),
+            (
+                (
+                    "2. a good revision (maxNumSeqs 8, a gate it meets): measured on its canary, "
+                    "then promoted"
+                ),
+                GOOD,
+                "Promoted",
+                "passed",
+            ),
         )
-        _patch(cluster, ns, name, BAD)
-        st = _follow(cluster, ns, name, client, until="Aborted", timeout=1800)
-        bad = st["rollout"]["revision"]
-        phases[bad] = ("Aborted", "failed")
-        print(
-            f"\n   the stable revision {st.get('revision')} kept serving; "
-            f"client failures so far: {len(client.failures)}\n"
-        )
-        print(
-            "2. a good revision (maxNumSeqs 8, a gate it meets): measured on its canary, "
-            "then promoted"
-        )
-        _patch(cluster, ns, name, GOOD)
-        st = _follow(cluster, ns, name, client, until="Promoted", timeout=1800)
-        good = st["rollout"]["revision"]
-        phases[good] = ("Promoted", "passed")
-        time.sleep(4)  # (one more look at the new pod's counter)
+        for title, spec_change, until, verdict in steps:
+            print(title)
+            _patch(cluster, ns, name, spec_change)
+            st = _follow(cluster, ns, name, client, until=until, timeout=1800)
+            phases[st["rollout"]["revision"]] = (until, verdict)
+            print(
+                f"\n   revision {st.get('revision')} serves; client failures so far: "
+                f"{len(client.failures)}\n"
+            )
+    with contextlib.suppress(Exception):  # (the new pod's counter, once more after the end)
+        counter.look()
     runs = _runs(cluster, ns, name)
     served = counter.by_revision()
     print(
