@@ -60,6 +60,7 @@ from vllm_operator.write.apply import (
     PRUNABLE,
     ApplyError,
     Change,
+    PreconditionError,
     ReadError,
     Writer,
 )
@@ -361,6 +362,36 @@ def _pipeline(
     )
 
 
+def _replicas_precondition(
+    svc: Service, manifest: dict[str, Any], live: dict[str, Any] | None
+) -> str | None:
+    """With autoscaling on, while the operator still sets the serving Deployment's replicas
+    (before the autoscaler's first scale takes the field over): the resourceVersion they were
+    read at. An HPA scale between the read and the apply then makes the apply fail instead of
+    taking the count back (issue 31: the first scale after creation raced the operator)."""
+    if not svc.spec.autoscaling.enabled or live is None or "replicas" not in manifest["spec"]:
+        return None
+    return str(live.get("metadata", {}).get("resourceVersion") or "") or None
+
+
+def _apply_after_a_scale(writer: Writer, svc: Service, manifest: dict[str, Any]) -> Change | None:
+    """The serving Deployment changed between the read and the apply: read it again; when
+    another field manager (the HPA's scale) owns replicas now, leave them to it, else apply
+    the count as rendered, conditioned on the new read (a second change: retried later)."""
+    meta = manifest["metadata"]
+    live = writer.get("apps/v1", "Deployment", meta["namespace"], meta["name"], fresh=True)
+    again = copy.deepcopy(manifest)
+    if replicas_managers(live, writer.settings.field_manager):
+        again["spec"].pop("replicas", None)
+    return writer.apply(
+        again,
+        live=live,
+        generation=svc.generation,
+        owned_only=True,
+        precondition=_replicas_precondition(svc, again, live),
+    )
+
+
 def _apply_children(
     writer: Writer,
     svc: Service,
@@ -376,11 +407,22 @@ def _apply_children(
     for manifest in desired:
         # the Deployments were read by observe(); apply() reads the other children itself
         live = None
+        precondition = None
         if manifest["kind"] == "Deployment":
             serving = manifest["metadata"]["name"] == svc.name
             live = seen.deployment if serving else seen.canary
+            precondition = _replicas_precondition(svc, manifest, live) if serving else None
         try:
-            change = writer.apply(manifest, live=live, generation=svc.generation, owned_only=True)
+            try:
+                change = writer.apply(
+                    manifest,
+                    live=live,
+                    generation=svc.generation,
+                    owned_only=True,
+                    precondition=precondition,
+                )
+            except PreconditionError:
+                change = _apply_after_a_scale(writer, svc, manifest)
         except ApplyError as exc:
             # (the canary serves no one: its refusal is reported as another child's)
             serves = manifest["kind"] in SERVING and manifest["metadata"]["name"] == svc.name
@@ -428,6 +470,10 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
 RUN_PARTS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ConfigMap"})
 # BenchmarkComplete's reasons that are a Warning event when they appear
 BENCHMARK_WARNINGS = frozenset({"BenchmarkFailed", "BenchmarkTimedOut"}) | REFUSALS
+
+
+# the bake verdicts said as a Warning event (once per revision)
+BAKE_WARNINGS = {"Inconclusive": "BakeInconclusive", "Skipped": "BakeSkipped"}
 
 
 def _events(
@@ -486,16 +532,17 @@ def _events(
         # an abort is one Warning: Degraded (CanaryAborted) quotes the same message
         events = [e for e in events if not (e.reason == "CanaryAborted" and e.message == said)]
         events.append(Event(kind, f"Rollout{now_r['phase']}", said))
-    # a bake that ended without enough traffic to compare: a Warning, whatever whenInconclusive
-    # does with it (an abort's own Warning says it already)
+    # a bake that ended without enough traffic to compare, or was skipped for the canary's
+    # share of the traffic: a Warning once, whatever comes of it (an abort's own Warning says
+    # it already)
     verdict = (now_r.get("bake") or {}).get("verdict")
     if (
-        verdict == "Inconclusive"
+        verdict in BAKE_WARNINGS
         and now_r.get("phase") != "Aborted"
         and (verdict, now_r.get("revision"))
         != ((was_r.get("bake") or {}).get("verdict"), was_r.get("revision"))
     ):
-        events.append(Event("Warning", "BakeInconclusive", str(now_r.get("message", ""))))
+        events.append(Event("Warning", BAKE_WARNINGS[verdict], str(now_r.get("message", ""))))
     # a rollback stays in force though this operator renders the pod templates differently
     # now: said once (the rollback's own Warning, when it begins now, says it already)
     was, now = old.get("benchmark") or {}, new.get("benchmark") or {}

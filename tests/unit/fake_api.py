@@ -248,9 +248,23 @@ class FakeApi(Writer):
             for m, cfg in sorted(updates.items())
         ]
 
+    def _bump(self, obj: dict[str, Any]) -> None:
+        """A write's new metadata.resourceVersion (one counter for all objects, as etcd's)."""
+        self._version = getattr(self, "_version", 0) + 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._version)
+
     def _server_side_apply(self, path: str, body: dict[str, Any], manager: str) -> dict[str, Any]:
         applied = _omit_empty(copy.deepcopy(body))
         old = self.objects.get(path)
+        # a resourceVersion in the applied configuration is a precondition, not a field
+        want = applied.get("metadata", {}).pop("resourceVersion", None)
+        have = (old or {}).get("metadata", {}).get("resourceVersion")
+        if want is not None and old is not None and want != have:
+            raise _error(
+                409,
+                "Operation cannot be fulfilled: the object has been modified; please apply "
+                "your changes to the latest version and try again",
+            )
         mine = self.applied.setdefault(path, {})
         others: Any = {}  # what every other manager set (applied, or by an update)
         for m, cfg in [*mine.items(), *self._updates.get(path, {}).items()]:
@@ -272,6 +286,7 @@ class FakeApi(Writer):
             if "status" in old:
                 new["status"] = old["status"]
         new["metadata"]["managedFields"] = self._managed_fields(path, self._updates.get(path, {}))
+        self._bump(new)
         self.objects[path] = new
         return copy.deepcopy(new)
 
@@ -312,6 +327,7 @@ class FakeApi(Writer):
                 updates = self._updates.setdefault(path, {})
                 updates[manager] = _merge(updates.get(manager, {}), body)
                 new["metadata"]["managedFields"] = self._managed_fields(path, updates)
+            self._bump(new)
             self.objects[path] = new
             return copy.deepcopy(new)
         raise AssertionError(f"unexpected patch {content_type} {path}")

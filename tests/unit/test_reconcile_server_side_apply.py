@@ -127,6 +127,63 @@ def test_the_autoscalers_count_is_left_to_it_once_it_owns_spec_replicas() -> Non
     assert HPA_MANAGER in owners, owners
 
 
+class ScalesBeforeTheApply(FakeApi):
+    """The HPA's first scale lands between the operator's read of the Deployment and its
+    apply (the race of issue 31): the first apply of the Deployment in a reconcile finds it
+    scaled to `to` by the HPA controller."""
+
+    def __init__(self, to: int) -> None:
+        super().__init__(SETTINGS)
+        self.to, self.armed, self.scaled = to, False, 0
+
+    def _call(self, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.armed and method == "PATCH" and path == DEP:
+            self.armed = False
+            self.update_by(HPA_MANAGER, DEP, {"spec": {"replicas": self.to}})
+            self.scaled += 1
+        return super()._call(method, path, *args, **kwargs)
+
+
+def test_the_autoscalers_first_scale_between_the_read_and_the_apply_is_not_taken_back() -> None:
+    api = ScalesBeforeTheApply(to=3)
+    api.put(SVC, body("minimal", {"autoscaling": {"enabled": True, "minReplicas": 1}}))
+    for _ in range(3):
+        reconcile(copy.deepcopy(api.objects[SVC]), api, SETTINGS)
+    assert api.objects[DEP]["spec"]["replicas"] == 1
+    assert "replicas" in applied(api, DEP)["spec"]  # the operator's, before the HPA's scale
+    # a change makes the operator apply the Deployment, rendered from a read at 1 replica; the
+    # HPA scales to 3 in between
+    api.objects[SVC]["spec"]["env"] = [{"name": "A", "value": "1"}]
+    api.armed = True
+    outcome = reconcile(copy.deepcopy(api.objects[SVC]), api, SETTINGS)
+    assert api.scaled == 1  # (the race happened)
+    assert api.objects[DEP]["spec"]["replicas"] == 3, "the operator took the HPA's scale back"
+    assert {"name": "A", "value": "1"} in api.objects[DEP]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["env"]
+    assert "replicas" not in applied(api, DEP)["spec"]  # handed over to the HPA
+    assert not any(e.type == "Warning" for e in outcome.events), outcome.events
+    # the negative control: without the precondition the same race takes the count back
+    # (a resourceVersion the API server does not check: the apply wins with force)
+    api = ScalesBeforeTheApply(to=3)
+    api.put(SVC, body("minimal", {"autoscaling": {"enabled": True, "minReplicas": 1}}))
+    for _ in range(3):
+        reconcile(copy.deepcopy(api.objects[SVC]), api, SETTINGS)
+    api.objects[SVC]["spec"]["env"] = [{"name": "A", "value": "1"}]
+    api.armed = True
+    unchecked = api._server_side_apply
+
+    def without_precondition(path: str, body: dict[str, Any], manager: str) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        body.get("metadata", {}).pop("resourceVersion", None)
+        return unchecked(path, body, manager)
+
+    api._server_side_apply = without_precondition  # type: ignore[method-assign]
+    reconcile(copy.deepcopy(api.objects[SVC]), api, SETTINGS)
+    assert api.scaled == 1
+    assert api.objects[DEP]["spec"]["replicas"] == 1
+
+
 def leaves_equal_to(obj: object, value: str, at: tuple[str | int, ...] = ()) -> list[Any]:
     """The paths (keys and list indices) of the strings in `obj` that equal `value`."""
     if isinstance(obj, dict):

@@ -645,6 +645,18 @@ class BakeSpec(_Model):
         "answered with an HTTP status: a 5xx counts) before its figures count; a window that "
         "ends with fewer is inconclusive (whenInconclusive decides).",
     )
+    max_traffic_share: float = Field(
+        default=1,
+        gt=0,
+        le=1,
+        description="The largest share of the Service's live traffic the canary may take: "
+        "it is one endpoint beside the N Ready serving pods, and kube-proxy spreads "
+        "connections evenly over endpoints, so it takes about 1/(N+1) (a one-replica service: "
+        "half). When 1/(N+1) exceeds this as the bake would begin, the bake is skipped: the "
+        "revision is promoted on its benchmark alone (verdict Skipped, a Warning event), "
+        "measured but never seen on live traffic. 1 (default): always bake; 0.25: bake only "
+        "with 3 or more Ready serving pods.",
+    )
     when_inconclusive: Literal["Wait", "Promote", "Abort"] = Field(
         default="Wait",
         description="When the window ends with fewer than minRequests answered by the canary "
@@ -1324,8 +1336,10 @@ class BakeStatus(_Model):
         description="Not written since endsAt (a count of seconds so far changed the status on "
         "every reconcile); kept in the schema for statuses an earlier operator wrote.",
     )
-    verdict: Literal["Passed", "Failed", "Inconclusive"] | None = Field(
-        default=None, description="The bake's outcome, once decided."
+    verdict: Literal["Passed", "Failed", "Inconclusive", "Skipped"] | None = Field(
+        default=None,
+        description="The bake's outcome, once decided (Skipped: the canary would have taken "
+        "more than bake.maxTrafficShare of live traffic; promoted on its benchmark alone).",
     )
     canary_requests: float | None = Field(
         default=None, description="Requests the canary answered in the window."

@@ -38,17 +38,18 @@ none, and is compared (and fails) on its 5xx share all the same.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 from vllm_operator.api.spec import BakeSpec
 from vllm_operator.observe.state import Bake, LiveFigures
 
-PASSED, FAILED, INCONCLUSIVE = "Passed", "Failed", "Inconclusive"
+PASSED, FAILED, INCONCLUSIVE, SKIPPED = "Passed", "Failed", "Inconclusive", "Skipped"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    verdict: str | None  # PASSED, FAILED, INCONCLUSIVE; None: still baking
+    verdict: str | None  # PASSED, FAILED, INCONCLUSIVE, SKIPPED; None: still baking
     message: str
 
 
@@ -263,13 +264,32 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
     )
 
 
+def too_exposed(limits: BakeSpec, ready: int) -> Verdict | None:
+    """SKIPPED where the canary, one endpoint beside `ready` serving pods, would take more of
+    the live traffic than bake.maxTrafficShare allows (kube-proxy spreads connections evenly
+    over endpoints: 1/(ready+1)); None: the bake may begin."""
+    share = 1 / (max(ready, 0) + 1)
+    if share <= limits.max_traffic_share + 1e-9:
+        return None
+    needed = math.ceil(1 / limits.max_traffic_share - 1 - 1e-9)
+    return Verdict(
+        SKIPPED,
+        f"its bake was skipped: beside {ready} Ready serving pod{'' if ready == 1 else 's'} "
+        f"the canary would take about {share:.0%} of live traffic, above bake.maxTrafficShare "
+        f"{limits.max_traffic_share:g} (it needs {needed} or more); promoted on its benchmark "
+        "alone, never seen on live traffic",
+    )
+
+
 __all__ = [
     "FAILED",
     "INCONCLUSIVE",
     "PASSED",
+    "SKIPPED",
     "Verdict",
     "answered",
     "ends_at",
     "figures",
     "judge",
+    "too_exposed",
 ]

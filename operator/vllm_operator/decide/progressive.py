@@ -30,7 +30,8 @@ from vllm_operator.api.spec import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Service
 from vllm_operator.decide.bake import FAILED as BAKE_FAILED
 from vllm_operator.decide.bake import INCONCLUSIVE as BAKE_INCONCLUSIVE
 from vllm_operator.decide.bake import PASSED as BAKE_PASSED
-from vllm_operator.decide.bake import Verdict, ends_at, judge
+from vllm_operator.decide.bake import SKIPPED as BAKE_SKIPPED
+from vllm_operator.decide.bake import Verdict, ends_at, judge, too_exposed
 from vllm_operator.decide.gates import FAILED, PASSED, Run
 from vllm_operator.decide.policy import ABORTED_BY_HAND, PROMOTED_BY_HAND, Plan, Record
 from vllm_operator.decide.target_pod import ready as pod_ready
@@ -211,6 +212,7 @@ _BAKED = {
     BAKE_PASSED: "passed its bake",
     BAKE_INCONCLUSIVE: "baked without enough traffic to compare (whenInconclusive: Promote)",
     BAKE_FAILED: "failed its bake (onFailure: Report)",
+    BAKE_SKIPPED: "was not baked",
 }
 
 
@@ -241,7 +243,7 @@ def _recorded_verdict(observed: Observed, revision: str) -> tuple[str, str] | No
     if (
         r.get("revision") != revision
         or r.get("phase") not in (ABORTED, PROMOTING, PROMOTED)
-        or verdict not in (BAKE_FAILED, BAKE_PASSED, BAKE_INCONCLUSIVE)
+        or verdict not in (BAKE_FAILED, BAKE_PASSED, BAKE_INCONCLUSIVE, BAKE_SKIPPED)
     ):
         return None
     return verdict, "as the status recorded it (the canary Deployment that kept it is gone)"
@@ -314,7 +316,13 @@ def _baking(
                 (f"canary pod {p.pod}: {p.reason}: {p.message}" for p in observed.canary_problems),
                 "the canary's pod in the bake is gone or not Ready",
             )
-            judged = Verdict(BAKE_FAILED, f"its pod stopped serving during the bake: {gone}")
+            judged: Verdict | None = Verdict(
+                BAKE_FAILED, f"its pod stopped serving during the bake: {gone}"
+            )
+        elif observed.bake is None and not began and endpoint is not None:
+            # as the bake would begin: the canary's share of live traffic (1/(N+1))
+            ready = int(((observed.deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+            judged = too_exposed(limits, ready)
         else:
             judged = None
         if judged is None and observed.bake is None:

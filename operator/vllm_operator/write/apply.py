@@ -159,6 +159,11 @@ class Change:
     action: str  # "created", "updated", "deleted"
 
 
+class PreconditionError(ApplyError):
+    """An apply conditioned on the resourceVersion it was rendered from found the object
+    changed since (Writer.apply's `precondition`)."""
+
+
 class Writer(Kube):
     """The one writer: server-side apply, prune, delete, run-record patches and the status.
     Transport and reads (and the write counter) are inherited from kube.Kube."""
@@ -192,6 +197,7 @@ class Writer(Kube):
         generation: int | None = None,
         cached: bool = False,
         owned_only: bool = False,
+        precondition: str | None = None,
     ) -> Change | None:
         """Server-side apply `desired` unless `live` (read here when not given) covers it.
         `cached`: read `live` from the watch cache where it holds the kind (kube.get).
@@ -203,7 +209,11 @@ class Writer(Kube):
         recorded on the child when written, and a child already written from a later
         generation is never regressed (a reconcile that read a stale service is a no-op).
         Not part of the comparison: a new generation that renders the same child writes
-        nothing."""
+        nothing.
+
+        `precondition`: the resourceVersion `desired` was rendered from; the API server refuses
+        the apply (409, a PreconditionError here) when the object changed since (the
+        autoscaler's scale between the read and this write). Not part of the comparison."""
         desired = self.stamp(desired)
         meta = desired["metadata"]
         api_version, kind = desired["apiVersion"], desired["kind"]
@@ -236,6 +246,8 @@ class Writer(Kube):
                 )
                 return None
             meta["annotations"][self.generation_annotation] = str(generation)
+        if precondition is not None and live is not None:
+            desired["metadata"]["resourceVersion"] = precondition
         try:
             self.writes += 1
             self._call(
@@ -247,6 +259,14 @@ class Writer(Kube):
             )
         except ApiException as exc:
             reason = _reason(exc)
+            if exc.status == 409 and "resourceVersion" in desired["metadata"]:
+                raise PreconditionError(
+                    f"{kind} {meta['name']} changed since it was read: {reason}",
+                    permanent=False,
+                    code=409,
+                    kind=kind,
+                    name=meta["name"],
+                ) from exc
             if exc.status == 409:  # conflict despite force: a concurrent delete; retry soon
                 raise ApplyError(
                     f"{kind} {meta['name']}: conflict: {reason}",
@@ -396,6 +416,7 @@ __all__ = [
     "Change",
     "Kube",
     "NotOwnedError",
+    "PreconditionError",
     "ReadError",
     "Writer",
     "_path",

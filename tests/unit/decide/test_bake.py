@@ -35,7 +35,7 @@ from tests.unit.decide.test_canary import (
 )
 from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator.api.spec import BakeSpec
-from vllm_operator.decide.bake import FAILED, INCONCLUSIVE, PASSED, judge
+from vllm_operator.decide.bake import FAILED, INCONCLUSIVE, PASSED, SKIPPED, judge, too_exposed
 from vllm_operator.observe.live import LiveBudgetError, PrometheusLive, min_window_seconds, queries
 from vllm_operator.observe.state import Bake, LiveFigures
 from vllm_operator.render.benchmark import run_name
@@ -649,3 +649,46 @@ def test_replace_stable_keeps_the_stable_pod_out_while_the_canary_bakes(live: Li
     _age(api, 61)
     reconciled(api)
     assert (serving_revision(api), api.objects[DEP]["spec"]["replicas"]) == (rev(16), 3)
+
+
+def test_a_bake_the_canary_would_take_too_much_of_the_traffic_for_is_skipped_and_said(
+    live: Live,
+) -> None:
+    """One Ready serving pod: the canary, one endpoint more, takes about half the live traffic
+    (kube-proxy spreads connections evenly). bake.maxTrafficShare bounds it: above the share the
+    bake is skipped, the revision promoted on its benchmark with a Warning; at the share it
+    bakes (the control: the same flow, the same pod counts)."""
+    exposed = BakeSpec(seconds=60, max_traffic_share=0.25)
+    assert too_exposed(exposed, 3) is None  # 1/4: within 0.25
+    one = too_exposed(exposed, 1)
+    assert one is not None
+    assert one.verdict == SKIPPED
+    assert "about 50% of live traffic, above bake.maxTrafficShare 0.25" in one.message
+    assert "it needs 3 or more" in one.message
+    assert too_exposed(BakeSpec(seconds=60), 1) is None  # the default: always bake
+
+    api = FakeApi(SETTINGS)
+    passed_on_canary(api, rollout={"canary": {"bake": {"seconds": 60, "maxTrafficShare": 0.4}}})
+    outcome = reconciled(api)
+    assert rollout(api)["phase"] == "Promoting"
+    assert rollout(api)["bake"] == {"verdict": "Skipped"}
+    assert (
+        "was not baked (its bake was skipped: beside 1 Ready serving pod"
+        in (rollout(api)["message"])
+    )
+    assert ("Warning", "BakeSkipped") in events(outcome)
+    assert SLICE not in api.objects
+    assert serving_revision(api) == rev(16)
+    assert live.reads == []  # never read: nothing was baked
+    rolled_out(api)
+    outcome = reconciled(api)
+    assert rollout(api)["phase"] == "Promoted"
+    assert rollout(api)["bake"] == {"verdict": "Skipped"}
+    assert ("Warning", "BakeSkipped") not in events(outcome)  # said once
+
+    # at the share (1/2 beside one pod): it bakes
+    api = FakeApi(SETTINGS)
+    passed_on_canary(api, rollout={"canary": {"bake": {"seconds": 60, "maxTrafficShare": 0.5}}})
+    reconciled(api)
+    assert rollout(api)["phase"] == "Baking"
+    assert SLICE in api.objects
