@@ -116,6 +116,10 @@ test: setup lint ## lint, then every test tier (unit, local cluster, vLLM on CPU
 test-unit: venv ## only the unit tests (no cluster, no vLLM)
 	scripts/run-tests.sh tests/unit
 
+.PHONY: test-faults
+test-faults: setup ## the canary's fault matrix on the real node (~20 min; not part of make test)
+	VLLM_OPERATOR_FAULTS=1 scripts/run-tests.sh tests/node/test_canary_faults.py -p no:cacheprovider
+
 .PHONY: bench-operator
 # the README's ladder: a control plane sized for fleets (kube-controller-manager's defaults are
 # the bottleneck otherwise); e.g. BENCH_OPERATOR_ARGS="--ladder 100 --unrelated-configmaps 0

@@ -9,7 +9,7 @@
 #   4. the promise (localenv/vllm_localenv/demo.py): with a client streaming through the
 #      Service the whole time, a revision that cannot pass its gate is measured on a canary pod
 #      outside the Service and aborted there (the stable pod keeps serving), then a good one is
-#      measured on its canary and promoted; a table of the revisions and the client's failed
+#      measured on its canary, baked a minute on live traffic and promoted; a table of the revisions and the client's failed
 #      requests (0) at the end. (The sample runs at 700m here: the serving pod, the canary
 #      and the benchmark Job's 500m fit on the node's 2 CPUs.)
 set -euo pipefail

@@ -357,6 +357,15 @@ class LocalCluster:
         except (ValueError, KeyError, TypeError) as exc:
             raise ClusterError(f"{self._state_file} is unreadable ({exc}); run `reset`") from exc
 
+    def pid_of(self, component: str) -> int | None:
+        """The pid of a component this cluster started (prometheus, kube-apiserver, ...), while
+        it is the very process started (a fault test stops and resumes it); None otherwise."""
+        state = self._read_state()
+        for p in state.procs if state is not None else []:
+            if p.name == component and _is_ours(p):
+                return p.pid
+        return None
+
     def running(self) -> dict[str, bool]:
         """Which recorded components are still alive (empty when nothing was started)."""
         state = self._read_state()

@@ -6,8 +6,15 @@ Service the whole time, and the service gets benchmark gates (onFailure: Rollbac
 1. a revision that cannot pass its gate (maxNumSeqs 2 and a TTFT p95 gate of 0.1 ms): it
    starts as one canary pod outside the Service, is measured there twice (a failure is
    confirmed) and is stopped: Aborted; the stable pod never stopped serving;
-2. a good revision (maxNumSeqs 8, a gate it meets): measured on its canary, promoted, the
-   serving pod replaced by a surge pod with the preStop drain.
+2. a good revision (maxNumSeqs 8, a gate it meets): measured on its canary, then baked on live
+   traffic (rollout.canary.bake: the canary joins the Service's endpoints beside the stable
+   pod, its live TTFT, inter-token latency and 5xx share read from the local Prometheus
+   against the stable pod's for a minute) and promoted, the serving pod replaced by a surge
+   pod with the preStop drain.
+
+For the bake the in-cluster operator reads the local cluster's Prometheus, which listens on
+the host's loopback: the demo runs the operator's pod on the host's network
+(reads_prometheus), a demo-only patch of deploy/local.
 
 It prints each phase as the operator reports it (status.rollout), the verdicts with their
 figures, the client's count of failed requests, and ends with one table: revision, phase,
@@ -26,7 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_localenv.cluster import LocalCluster
+from vllm_localenv.cluster import PROMETHEUS_SCRAPE_INTERVAL, LocalCluster
+from vllm_localenv.operator_process import OPERATOR_NAMESPACE
 
 REVISION_ANNOTATION = "serving.vllm-operator.dev/revision"
 SERVICE_LABEL = "serving.vllm-operator.dev/service"
@@ -41,9 +49,19 @@ BAD = {
     "engine": {"maxNumSeqs": 2},
     "benchmark": {**GATED, "thresholds": {"maxTtftP95Seconds": 0.0001}},
 }
+# a minute on live traffic; limits far from what two equal CPU pods measure (an abort on live
+# figures is the node tier's: tests/node/test_canary_node.py)
+BAKE = {
+    "seconds": 60,
+    "minRequests": 5,
+    "maxTtftP99Ratio": 20,
+    "maxInterTokenP99Ratio": 20,
+    "maxErrorRateIncrease": 0.5,
+}
 GOOD = {
     "engine": {"maxNumSeqs": 8},
     "benchmark": {**GATED, "thresholds": {"maxTtftP95Seconds": 30}},
+    "rollout": {"canary": {"bake": BAKE}},
 }
 
 
@@ -225,8 +243,59 @@ def _runs(cluster: LocalCluster, ns: str, name: str) -> dict[str, dict[str, Any]
     return out
 
 
+def reads_prometheus(cluster: LocalCluster) -> None:
+    """The in-cluster operator reads the local Prometheus (a bake's figures): its pod on the
+    host's network, where Prometheus listens on the loopback; waits for its rollout."""
+    env = [
+        {"name": "VLLM_OPERATOR_PROMETHEUS_URL", "value": cluster.prometheus_url},
+        {"name": "VLLM_OPERATOR_SCRAPE_INTERVAL", "value": PROMETHEUS_SCRAPE_INTERVAL},
+    ]
+    dep = json.loads(
+        cluster.kubectl(
+            "get", "deployment", "vllm-operator", "-n", OPERATOR_NAMESPACE, "-o", "json"
+        )
+    )
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    have = {e["name"]: e.get("value") for e in container.get("env") or []}
+    pod = dep["spec"]["template"]["spec"]
+    if pod.get("hostNetwork") and all(have.get(e["name"]) == e["value"] for e in env):
+        return
+    patch = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "hostNetwork": True,
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "containers": [{"name": container["name"], "env": env}],
+                }
+            }
+        }
+    }
+    cluster.kubectl(
+        "patch",
+        "deployment",
+        "vllm-operator",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--type=strategic",
+        "-p",
+        json.dumps(patch),
+    )
+    cluster.kubectl(
+        "rollout",
+        "status",
+        "deployment/vllm-operator",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--timeout=300s",
+        timeout=330,
+    )
+    print(f"the operator reads the local Prometheus ({cluster.prometheus_url}) for the bake\n")
+
+
 def canary(cluster: LocalCluster, ns: str, name: str) -> int:
     """The demo's canary half (module docstring); returns the client's failed requests."""
+    reads_prometheus(cluster)
     svc = json.loads(cluster.kubectl("get", "service", name, "-n", ns, "-o", "json"))
     url = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
     spec = json.loads(cluster.kubectl("get", "vllmservice", name, "-n", ns, "-o", "json"))["spec"]
@@ -252,7 +321,7 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
             (
                 (
                     "2. a good revision (maxNumSeqs 8, a gate it meets): measured on its canary, "
-                    "then promoted"
+                    "baked a minute on live traffic beside the stable pod, then promoted"
                 ),
                 GOOD,
                 "Promoted",
@@ -263,7 +332,11 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
             print(title)
             _patch(cluster, ns, name, spec_change)
             st = _follow(cluster, ns, name, client, until=until, timeout=1800)
-            phases[st["rollout"]["revision"]] = (until, verdict)
+            baked = (st["rollout"].get("bake") or {}).get("verdict")
+            phases[st["rollout"]["revision"]] = (
+                until,
+                f"{verdict}, bake {baked.lower()}" if baked else verdict,
+            )
             print(
                 f"\n   revision {st.get('revision')} serves; client failures so far: "
                 f"{len(client.failures)}\n"
@@ -274,7 +347,7 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
     served = counter.by_revision()
     print(
         f"\n{'REVISION':18s} {'PHASE':9s} {'TOK/S':>7s} {'TTFT P95':>9s} "
-        f"{'VERDICT':8s} {'ANSWERED':>8s}"
+        f"{'VERDICT':20s} {'ANSWERED':>8s}"
     )
     for rev, (phase, verdict) in phases.items():
         h = runs.get(rev, {}).get("headline") or {}
@@ -282,7 +355,7 @@ def canary(cluster: LocalCluster, ns: str, name: str) -> int:
         print(
             f"{rev:18s} {phase:9s} {'-' if tps is None else f'{tps:.1f}':>7s} "
             f"{'-' if ttft is None else f'{ttft * 1000:.0f} ms':>9s} "
-            f"{verdict:8s} {served.get(rev, 0):>8.0f}"
+            f"{verdict:20s} {served.get(rev, 0):>8.0f}"
         )
     print(
         "(TOK/S, TTFT P95: each revision's benchmark, the first one's full run, the canaries' a "
