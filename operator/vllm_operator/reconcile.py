@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.decide.aim import aim
-from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Plan, Start, decide, describe, held_spec, restorable
 from vllm_operator.decide.progressive import Rollout, progress
 from vllm_operator.observe.live import live_reader
@@ -43,7 +43,11 @@ from vllm_operator.observe.state import (
     rolled_out,
 )
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
-from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL, revision
+from vllm_operator.render.benchmark import (
+    PREVIOUS_REVISION_ANNOTATION,
+    REVISION_ANNOTATION,
+    revision,
+)
 from vllm_operator.render.canary import BAKE_ANNOTATION, render_bake_endpoints, render_canary
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
@@ -187,14 +191,14 @@ def with_revision(
     only: no rollout), so that observe() knows which revision a finished rollout is of, and
     the revision rolled out before it (observed.previous_revision; `live`: the Deployment as
     it is now): what a failure of this one rolls back to."""
-    if manifest["kind"] != "Deployment" or REVISION_LABEL in (
+    if manifest["kind"] != "Deployment" or REVISION_ANNOTATION in (
         manifest["metadata"].get("annotations") or {}
     ):  # (the canary carries the revision it runs already: render/canary.py)
         return manifest
     out = copy.deepcopy(manifest)
     rev = revision(out["spec"]["template"])
     annotations = out["metadata"].setdefault("annotations", {})
-    annotations[REVISION_LABEL] = rev
+    annotations[REVISION_ANNOTATION] = rev
     if served:  # the spec its template is rendered from: what a canary holds the pods at
         annotations[SERVED_SPEC_ANNOTATION] = served
     if before := previous_revision(live, rev):
@@ -452,7 +456,6 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
         revision=plan.revision,
         run_name=plan.run,
         runs=tuple(after.runs),
-        job=next((j for j in after.jobs if j.name == plan.run), None),
         failures=plan.failures,
         rolled_back_to=plan.rolled_back_to,
         rollback_refused=plan.rollback_refused,

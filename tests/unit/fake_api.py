@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.render.benchmark import REVISION_LABEL, revision
+from vllm_operator.render.benchmark import REVISION_ANNOTATION, revision
 from vllm_operator.write.apply import Writer, _path
 
 WRITES = ("PATCH", "DELETE", "POST", "PUT")
@@ -337,7 +337,7 @@ def template_revision(deployment: dict[str, Any]) -> str:
     """The revision of the pod template the operator last applied to `deployment` (its
     annotation, written from the rendered template; the live template carries the API
     server's defaults besides, so its own hash is not the rendered one's)."""
-    return str(deployment["metadata"]["annotations"][REVISION_LABEL])
+    return str(deployment["metadata"]["annotations"][REVISION_ANNOTATION])
 
 
 def applied(api: FakeApi, path: str, manager: str = "vllm-operator") -> dict[str, Any]:

@@ -39,7 +39,7 @@ REQUESTS_WAITING_HIGH = AlertName("VLLMRequestsWaitingHigh", "1m")
 # the lab gives the threshold; the 5 minutes are the project's choice
 PREEMPTIONS_HIGH = AlertName("VLLMPreemptionsHigh", "5m")
 
-# the operator's own alerts, on its gauges (vllm_operator.runtime.metrics)
+# the operator's own alerts, on its gauges (vllm_operator.metrics)
 BENCHMARK_GATE_FAILED = AlertName("VLLMBenchmarkGateFailed", "0s")
 ROLLED_BACK = AlertName("VLLMRolledBack", "0s")
 AUTOSCALER_METRIC_UNAVAILABLE = AlertName("VLLMAutoscalerMetricUnavailable", "5m")

@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from vllm_operator.api.records import Run, Target
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Plan, Record
-from vllm_operator.decide.target_pod import Target, choose_target, target_gone
+from vllm_operator.decide.target_pod import choose_target, target_gone
 from vllm_operator.observe.state import Observed
 from vllm_operator.render.benchmark import MESSAGE_KEY, STATE_KEY
 

@@ -1,7 +1,7 @@
 """Part of the "decide" step: the verdict of a canary's bake on live traffic
 (rollout.canary.bake), a pure function of the spec's limits and what observe() read.
 
-    judge(limits, bake) -> Verdict
+    judge_bake(limits, bake) -> BakeVerdict
 
 The canary serves beside the stable pods (it joined the Service's endpoints when its
 EndpointSlice was created); Prometheus's figures over that window are compared:
@@ -44,12 +44,14 @@ from dataclasses import dataclass
 from vllm_operator.api.spec import BakeSpec
 from vllm_operator.observe.state import Bake, LiveFigures
 
-PASSED, FAILED, INCONCLUSIVE, SKIPPED = "Passed", "Failed", "Inconclusive", "Skipped"
+# the bake's verdicts (the gates' are decide/gates.py PASSED and FAILED: the same words)
+BAKE_PASSED, BAKE_FAILED = "Passed", "Failed"
+BAKE_INCONCLUSIVE, BAKE_SKIPPED = "Inconclusive", "Skipped"
 
 
 @dataclass(frozen=True)
-class Verdict:
-    verdict: str | None  # PASSED, FAILED, INCONCLUSIVE, SKIPPED; None: still baking
+class BakeVerdict:
+    verdict: str | None  # a BAKE_* verdict above; None: still baking
     message: str
 
 
@@ -166,23 +168,23 @@ def _at(bake: Bake, seconds: float) -> str:
     return ends_at(bake, seconds) or f"{max(0, int(seconds - bake.elapsed))} s from now"
 
 
-def _unread(limits: BakeSpec, bake: Bake) -> Verdict | None:
+def _unread(limits: BakeSpec, bake: Bake) -> BakeVerdict | None:
     """The verdict before any figure is looked at (None: the figures decide)."""
     if bake.pod_problem:  # it stopped serving its share of the live traffic: cut streams
-        return Verdict(
-            FAILED,
+        return BakeVerdict(
+            BAKE_FAILED,
             f"its pod stopped serving during the bake after {bake.elapsed:.0f} s: "
             f"{bake.pod_problem}",
         )
     if bake.error:
-        return Verdict(
+        return BakeVerdict(
             None,
             f"baking on live traffic until {_at(bake, limits.seconds)}: no figures: {bake.error}",
         )
     return None
 
 
-def judge(limits: BakeSpec, bake: Bake) -> Verdict:
+def judge_bake(limits: BakeSpec, bake: Bake) -> BakeVerdict:
     if (unread := _unread(limits, bake)) is not None:
         return unread
     canary = bake.canary
@@ -200,8 +202,8 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
     unconfirmed = ""
     if enough and (not before or ended):
         if stopped := _stopped(limits, bake):
-            return Verdict(
-                FAILED,
+            return BakeVerdict(
+                BAKE_FAILED,
                 f"worse than the stable pods on live traffic after {bake.elapsed:.0f} s: {stopped}",
             )
         worse, unresolved = _compare(limits, canary, stable, **counts)
@@ -217,8 +219,8 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
             else None
         )
         if worse and (recent or (recent is None and ended)):
-            return Verdict(
-                FAILED,
+            return BakeVerdict(
+                BAKE_FAILED,
                 f"worse than the stable pods on live traffic after {bake.elapsed:.0f} s "
                 "(over the whole bake"
                 + (" and its most recent half" if recent else "")
@@ -243,7 +245,7 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
             if before
             else ""
         )
-        return Verdict(
+        return BakeVerdict(
             None,
             f"baking on live traffic beside the stable pods until {_at(bake, limits.seconds)}: "
             + figures(canary, stable)
@@ -251,20 +253,20 @@ def judge(limits: BakeSpec, bake: Bake) -> Verdict:
             + unconfirmed,
         )
     if not enough:
-        return Verdict(
-            INCONCLUSIVE,
+        return BakeVerdict(
+            BAKE_INCONCLUSIVE,
             f"the bake's {limits.seconds} s ended with {answered(canary):.0f} requests to the "
             f"canary (fewer than minRequests {limits.min_requests}): nothing to compare",
         )
-    return Verdict(
-        PASSED,
+    return BakeVerdict(
+        BAKE_PASSED,
         f"as good as the stable pods over {limits.seconds} s: "
         + figures(canary, stable)
         + unconfirmed,
     )
 
 
-def too_exposed(limits: BakeSpec, ready: int) -> Verdict | None:
+def too_exposed(limits: BakeSpec, ready: int) -> BakeVerdict | None:
     """SKIPPED where the canary, one endpoint beside `ready` serving pods, would take more of
     the live traffic than bake.maxTrafficShare allows (kube-proxy spreads connections evenly
     over endpoints: 1/(ready+1)); None: the bake may begin."""
@@ -272,8 +274,8 @@ def too_exposed(limits: BakeSpec, ready: int) -> Verdict | None:
     if share <= limits.max_traffic_share + 1e-9:
         return None
     needed = math.ceil(1 / limits.max_traffic_share - 1 - 1e-9)
-    return Verdict(
-        SKIPPED,
+    return BakeVerdict(
+        BAKE_SKIPPED,
         f"its bake was skipped: beside {ready} Ready serving pod{'' if ready == 1 else 's'} "
         f"the canary would take about {share:.0%} of live traffic, above bake.maxTrafficShare "
         f"{limits.max_traffic_share:g} (it needs {needed} or more); promoted on its benchmark "
@@ -282,14 +284,14 @@ def too_exposed(limits: BakeSpec, ready: int) -> Verdict | None:
 
 
 __all__ = [
-    "FAILED",
-    "INCONCLUSIVE",
-    "PASSED",
-    "SKIPPED",
-    "Verdict",
+    "BAKE_FAILED",
+    "BAKE_INCONCLUSIVE",
+    "BAKE_PASSED",
+    "BAKE_SKIPPED",
+    "BakeVerdict",
     "answered",
     "ends_at",
     "figures",
-    "judge",
+    "judge_bake",
     "too_exposed",
 ]

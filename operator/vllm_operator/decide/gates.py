@@ -3,45 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from vllm_operator.api.records import Headline, Run
 from vllm_operator.api.spec import BenchmarkThresholds
-from vllm_operator.decide.target_pod import Target
 
 PASSED, FAILED = "Passed", "Failed"
-# in a run's record, beside a Failed verdict: the run that confirms it (policy.decide rolls
-# back only when that one fails too)
-CONFIRMATION_KEY = "confirmation"
-
-
-@dataclass(frozen=True)
-class Headline:
-    """The numbers the status, the printer columns and the gates use."""
-
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    output_tokens_per_second: float | None = None
-    batching_speedup: float | None = None
-    prefix_ttft_speedup: float | None = None
-    prefix_hit_rate: float | None = None
-    ttft_p50_seconds: float | None = None
-    ttft_p95_seconds: float | None = None
-    request_latency_p99_seconds: float | None = None
-
-    @classmethod
-    def from_result(cls, result: dict[str, Any]) -> Headline:
-        h = result.get("headline") or {}
-        return cls(
-            kv_cache_tokens=h.get("kvCacheTokens"),
-            max_concurrency=h.get("maxConcurrencyAtMaxModelLen"),
-            output_tokens_per_second=h.get("outputTokensPerSecond"),
-            batching_speedup=h.get("batchingSpeedup"),
-            prefix_ttft_speedup=h.get("prefixTtftSpeedup"),
-            prefix_hit_rate=h.get("prefixHitRate"),
-            ttft_p50_seconds=h.get("ttftP50Seconds"),
-            ttft_p95_seconds=h.get("ttftP95Seconds"),
-            request_latency_p99_seconds=h.get("requestLatencyP99Seconds"),
-        )
 
 
 def _fmt(x: float) -> str:
@@ -86,30 +52,6 @@ def failures(h: Headline, t: BenchmarkThresholds, previous: Headline | None) -> 
                 f"(maximum regression {_fmt(limit)}%)"
             )
     return out
-
-
-@dataclass(frozen=True)
-class Run:
-    """One benchmark run as recorded in its result ConfigMap (the history)."""
-
-    revision: str
-    name: str
-    created: str
-    state: str  # Running, Complete, Failed
-    spec_json: str
-    result: dict[str, Any] | None = None
-    message: str = ""
-    verdict: str | None = None  # PASSED or FAILED, recorded when the result arrived
-    verdict_failures: str = ""
-    target: Target | None = None  # the one pod the run measures (its record; decide/target_pod.py)
-    confirmation: str = ""  # a Failed verdict: the run that measures the revision again
-    served_before: str = ""  # the revision rolled out before this one, as the run started
-    spec_hash: str = ""  # the record's hash of spec_json ("": recorded by an earlier version)
-    summary: str = ""  # the summary its record lacks, to write (observe.history): "" if none
-
-    @property
-    def headline(self) -> Headline:
-        return Headline.from_result(self.result or {})
 
 
 def previous_passing(runs: list[Run], before: str) -> Run | None:

@@ -19,21 +19,20 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from vllm_operator.api.records import Run, Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service, VLLMServiceSpec
 from vllm_operator.decide.gates import (
-    CONFIRMATION_KEY,
     FAILED,
-    Run,
     Verdict,
     judge,
     last_passing,
     previous_passing,
     rollback_target,
 )
-from vllm_operator.decide.target_pod import Target
 from vllm_operator.observe.state import JobState, Observed, rolled_out
 from vllm_operator.render.benchmark import (
+    CONFIRMATION_KEY,
     MESSAGE_KEY,
     STATE_KEY,
     VERDICT_FAILURES_KEY,

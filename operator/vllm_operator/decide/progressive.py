@@ -26,13 +26,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_operator.api.records import Run
 from vllm_operator.api.spec import ABORT_ANNOTATION, PROMOTE_ANNOTATION, Service
-from vllm_operator.decide.bake import FAILED as BAKE_FAILED
-from vllm_operator.decide.bake import INCONCLUSIVE as BAKE_INCONCLUSIVE
-from vllm_operator.decide.bake import PASSED as BAKE_PASSED
-from vllm_operator.decide.bake import SKIPPED as BAKE_SKIPPED
-from vllm_operator.decide.bake import Verdict, ends_at, judge, too_exposed
-from vllm_operator.decide.gates import FAILED, PASSED, Run
+from vllm_operator.decide.bake import (
+    BAKE_FAILED,
+    BAKE_INCONCLUSIVE,
+    BAKE_PASSED,
+    BAKE_SKIPPED,
+    BakeVerdict,
+    ends_at,
+    judge_bake,
+    too_exposed,
+)
+from vllm_operator.decide.gates import FAILED, PASSED
 from vllm_operator.decide.policy import ABORTED_BY_HAND, PROMOTED_BY_HAND, Plan, Record
 from vllm_operator.decide.target_pod import ready as pod_ready
 from vllm_operator.observe.state import Bake, Observed, rolled_out
@@ -316,7 +322,7 @@ def _baking(
                 (f"canary pod {p.pod}: {p.reason}: {p.message}" for p in observed.canary_problems),
                 "the canary's pod in the bake is gone or not Ready",
             )
-            judged: Verdict | None = Verdict(
+            judged: BakeVerdict | None = BakeVerdict(
                 BAKE_FAILED, f"its pod stopped serving during the bake: {gone}"
             )
         elif observed.bake is None and not began and endpoint is not None:
@@ -334,7 +340,7 @@ def _baking(
             )
         if judged is None:
             assert observed.bake is not None
-            judged = judge(limits, observed.bake)
+            judged = judge_bake(limits, observed.bake)
         if judged.verdict == BAKE_INCONCLUSIVE and limits.when_inconclusive == "Wait":
             # not decided: it keeps baking, judged again on every reconcile (its verdict
             # comes once it has answered minRequests), or a person decides

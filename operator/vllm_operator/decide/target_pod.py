@@ -31,22 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_operator.api.records import Target
+
 HASH_LABEL = "pod-template-hash"
-
-
-@dataclass(frozen=True)
-class Target:
-    """The pod a run measures."""
-
-    pod: str
-    uid: str
-    ip: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.ip}]" if ":" in self.ip else self.ip
-        return f"http://{host}:{self.port}"
 
 
 @dataclass(frozen=True)

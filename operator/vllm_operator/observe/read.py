@@ -7,10 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
+from vllm_operator.api.records import Run
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.gates import CONFIRMATION_KEY, Run
 from vllm_operator.observe.benchresult import (
     RUN_STATES,
     SUMMARY_KEY,
@@ -31,9 +31,11 @@ from vllm_operator.observe.state import (
     PodProblem,
     pod_problems,
     rolled_out,
+    written_generation,
 )
 from vllm_operator.render.benchmark import (
     COMPONENT,
+    CONFIRMATION_KEY,
     MESSAGE_KEY,
     RECORD_COMPONENT,
     REVISION_LABEL,
@@ -49,9 +51,30 @@ from vllm_operator.render.benchmark import (
 from vllm_operator.render.canary import bake_endpoints_name, canary_name, canary_selector
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
-from vllm_operator.write.transport import Kube, written_generation
 
 log = logging.getLogger("vllm_operator")
+
+
+class Reader(Protocol):
+    """What observe needs of the API client: reads only (write.transport.Kube is one; the
+    reconcile hands it its Writer, and observe sees only this)."""
+
+    @property
+    def generation_annotation(self) -> str:
+        """The annotation holding the service generation whose rendering last wrote a child."""
+
+    def get(
+        self, api_version: str, kind: str, namespace: str, name: str, *, cached: bool = False
+    ) -> dict[str, Any] | None:
+        """One object (None: not found); `cached`: from the watch cache whatever the kind."""
+
+    def list_children(
+        self, api_version: str, kind: str, namespace: str, selector: str
+    ) -> list[dict[str, Any]]:
+        """The objects of `kind` matching the label `selector`."""
+
+    def serves(self, group_version: str, plurals: set[str]) -> bool:
+        """The API server serves every resource in `plurals` of `group_version`."""
 
 
 def _baking_pod_problem(
@@ -108,7 +131,7 @@ def _after(stamp: str | None, since: dt.datetime) -> bool:
 
 
 def _bake(
-    reader: Kube, svc: Service, canary_pods: tuple[dict[str, Any], ...], live: LiveReader | None
+    reader: Reader, svc: Service, canary_pods: tuple[dict[str, Any], ...], live: LiveReader | None
 ) -> Bake | None:
     """The canary's bake, while its EndpointSlice puts it in the Service's endpoints: since
     when, and its live figures against the stable pods' over that window (from Prometheus)."""
@@ -170,7 +193,7 @@ def _bake(
 
 
 def observe(
-    reader: Kube, svc: Service, *, after_writes: bool = False, live: LiveReader | None = None
+    reader: Reader, svc: Service, *, after_writes: bool = False, live: LiveReader | None = None
 ) -> Observed:
     """Everything a reconcile decides on, read before anything is written. `after_writes`:
     the second look, after the reconcile's own writes: the Deployment comes from the watch
@@ -264,7 +287,7 @@ def _owned(obj: dict[str, Any], svc: Service) -> bool:
     return any(o.get("uid") == svc.uid for o in obj["metadata"].get("ownerReferences", []))
 
 
-def _failed_pods(reader: Kube, svc: Service, job: dict[str, Any]) -> list[dict[str, Any]]:
+def _failed_pods(reader: Reader, svc: Service, job: dict[str, Any]) -> list[dict[str, Any]]:
     """A failed Job's pods (their last exit says why), read only once the Job has failed."""
     conditions = job.get("status", {}).get("conditions", [])
     if not any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
@@ -274,7 +297,7 @@ def _failed_pods(reader: Kube, svc: Service, job: dict[str, Any]) -> list[dict[s
     return reader.list_children("v1", "Pod", svc.namespace, selector)
 
 
-def _jobs(reader: Kube, svc: Service) -> list[dict[str, Any]]:
+def _jobs(reader: Reader, svc: Service) -> list[dict[str, Any]]:
     selector = f"{SERVICE_LABEL}={svc.name},app.kubernetes.io/component={COMPONENT}"
     return [
         j
@@ -283,7 +306,7 @@ def _jobs(reader: Kube, svc: Service) -> list[dict[str, Any]]:
     ]
 
 
-def history(reader: Kube, svc: Service) -> list[Run]:
+def history(reader: Reader, svc: Service) -> list[Run]:
     """The runs, oldest first: each run's ConfigMap (the Job's word: its result) joined with
     its record (the operator's: spec, verdict, a state the operator decided). A ConfigMap the
     Job filled with something invalid (a result that is not JSON, a headline value that is not
@@ -342,7 +365,7 @@ def history(reader: Kube, svc: Service) -> list[Run]:
     return sorted(runs, key=lambda r: r.created)
 
 
-def _job_data(reader: Kube, cm: dict[str, Any]) -> dict[str, Any]:
+def _job_data(reader: Reader, cm: dict[str, Any]) -> dict[str, Any]:
     """The Job's ConfigMap's data with its result: the watch cache leaves the result out
     (benchresult.trim), so a run with one not yet summarized reads it from the API server,
     once (its summary is written in the same reconcile)."""

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_operator import GROUP
-from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_LABEL
+from vllm_operator.api.records import Run
+from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_ANNOTATION
 
 # On the serving Deployment: the spec its pod template was rendered from (reconcile writes it)
 SERVED_SPEC_ANNOTATION = f"{GROUP}/served-spec"
@@ -98,8 +99,8 @@ class Observed:
     pods_waiting: tuple[PodProblem, ...] = field(default_factory=tuple)
     # the Prometheus Operator's CRDs are served (its objects can be applied)
     monitoring_crds: bool = False
-    # the benchmark history (gates.Run, oldest first) and the runs' Jobs, when enabled
-    runs: tuple[Any, ...] = ()
+    # the benchmark history (oldest first) and the runs' Jobs, when enabled
+    runs: tuple[Run, ...] = ()
     jobs: tuple[JobState, ...] = ()
     # the service generation whose rendering last wrote the Deployment (0: not recorded)
     written_generation: int = 0
@@ -137,14 +138,14 @@ class Observed:
     def canary_revision(self) -> str:
         """The revision the canary Deployment runs ("": none)."""
         annotations = (self.canary or {}).get("metadata", {}).get("annotations") or {}
-        return str(annotations.get(REVISION_LABEL, ""))
+        return str(annotations.get(REVISION_ANNOTATION, ""))
 
     @property
     def deployment_revision(self) -> str:
         """The pod-template revision the live Deployment was last applied with ("": not
         recorded; reconcile.with_revision writes it)."""
         annotations = (self.deployment or {}).get("metadata", {}).get("annotations") or {}
-        return str(annotations.get(REVISION_LABEL, ""))
+        return str(annotations.get(REVISION_ANNOTATION, ""))
 
     @property
     def previous_revision(self) -> str:
@@ -160,11 +161,17 @@ def previous_revision(live: dict[str, Any] | None, rev: str) -> str:
     Deployment says already. So a revert shows: after A, B, A again, C's predecessor is A, not
     B; and a resync writes nothing new."""
     annotations = ((live or {}).get("metadata") or {}).get("annotations") or {}
-    current = str(annotations.get(REVISION_LABEL, ""))
+    current = str(annotations.get(REVISION_ANNOTATION, ""))
     if live is not None and current and current != rev and rolled_out(live):
         return current
     before = str(annotations.get(PREVIOUS_REVISION_ANNOTATION, ""))
     return before if before != rev else ""
+
+
+def written_generation(obj: dict[str, Any] | None, key: str) -> int:
+    """The service generation whose rendering last wrote `obj` (0: none recorded)."""
+    value = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(key, "")
+    return int(value) if str(value).isdigit() else 0
 
 
 def rolled_out(deployment: dict[str, Any]) -> bool:
@@ -299,8 +306,7 @@ class BenchView:
 
     revision: str  # the revision the spec asks for
     run_name: str = ""  # its current run (the rerun annotation picks a new one); "": any
-    runs: tuple[Any, ...] = ()  # gates.Run, oldest first
-    job: JobState | None = None
+    runs: tuple[Run, ...] = ()  # oldest first
     failures: tuple[str, ...] | None = None  # None: no verdict (no thresholds or no result)
     rolled_back_to: str | None = None
     # the run failed and a rollback was due, but its target's record is unusable: why

@@ -11,15 +11,19 @@ import json
 from typing import Any
 
 from vllm_operator import GROUP
+from vllm_operator.api.records import Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.target_pod import Target
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL, owner_reference
 from vllm_operator.render.service import endpoint
 
 COMPONENT = "benchmark"
 RECORD_COMPONENT = "benchmark-record"
+# on the benchmark's objects: the revision they measure (bench_labels)
 REVISION_LABEL = f"{GROUP}/revision"
+# on the serving and canary Deployments: the revision of their pod template (reconcile
+# .with_revision, render/canary.py). The same key as the label, as live objects carry it
+REVISION_ANNOTATION = f"{GROUP}/revision"
 RESULT_KEY = "result.json"
 SPEC_KEY = "spec.json"
 # beside it: a hash of that text (spec_hash), so that a spec edited in the record after the
@@ -29,6 +33,9 @@ STATE_KEY = "state"
 MESSAGE_KEY = "message"
 VERDICT_KEY = "verdict"
 VERDICT_FAILURES_KEY = "verdictFailures"
+# beside a Failed verdict: the run that confirms it (policy.decide rolls back only when that
+# one fails too)
+CONFIRMATION_KEY = "confirmation"
 # the pod the run measures (decide/target_pod.py), in the run's record and on the Job
 TARGET_POD_KEY = "targetPod"
 TARGET_UID_KEY = "targetPodUID"

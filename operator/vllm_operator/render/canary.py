@@ -21,7 +21,7 @@ from typing import Any
 from vllm_operator import GROUP
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
-from vllm_operator.render.benchmark import REVISION_LABEL, revision
+from vllm_operator.render.benchmark import REVISION_ANNOTATION, revision
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.render.meta import labels, owner_reference
 from vllm_operator.render.service import PORT_NAME
@@ -59,7 +59,7 @@ def render_canary(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
             "name": canary_name(svc),
             "namespace": svc.namespace,
             "labels": meta_labels,
-            "annotations": {REVISION_LABEL: revision(template)},
+            "annotations": {REVISION_ANNOTATION: revision(template)},
             "ownerReferences": [owner_reference(svc)],
         },
         "spec": {

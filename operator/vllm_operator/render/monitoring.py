@@ -63,7 +63,7 @@ BAND_SERVICE_RECORD = "namespace_service:vllm_operator_queue_depth_band"
 # one replica (ceil(1.2 n) >= n + 1) even when the average is just over the target.
 SCALE_UP_FLOOR = 1.2
 
-# ---- the operator's own metrics the rules use (exported by vllm_operator.runtime.metrics) ----
+# ---- the operator's own metrics the rules use (exported by vllm_operator.metrics) ----
 BENCHMARK_PASSED = "vllm_operator_benchmark_passed"
 ROLLBACK_ACTIVE = "vllm_operator_rollback_active"
 AUTOSCALER_SCALING_ACTIVE = "vllm_operator_autoscaler_scaling_active"
@@ -232,7 +232,7 @@ def vllm_alerts(scope: Scope, t: AlertThresholds) -> list[AlertDef]:
 
 
 def operator_alerts(scope: Scope) -> list[AlertDef]:
-    """The operator's own alerts, on the gauges of vllm_operator.runtime.metrics."""
+    """The operator's own alerts, on the gauges of vllm_operator.metrics."""
     s = SERVICE_TEXT
     return [
         AlertDef(

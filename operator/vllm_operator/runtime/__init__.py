@@ -1,2 +1,2 @@
 """The controller loop around the reconcile: kopf's edge, the work queue, the watch caches,
-leadership, the operator's own metrics."""
+leadership (the metrics registry it publishes is vllm_operator.metrics)."""

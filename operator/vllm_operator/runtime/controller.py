@@ -25,10 +25,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_operator import GROUP, VERSION
+from vllm_operator import GROUP, VERSION, metrics
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.reconcile import Outcome, reconcile
-from vllm_operator.runtime import metrics
 from vllm_operator.runtime.informer import Cache
 from vllm_operator.runtime.workqueue import WorkQueue
 from vllm_operator.write.apply import ApplyError, Writer

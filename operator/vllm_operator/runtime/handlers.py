@@ -15,9 +15,8 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from vllm_operator import GROUP, PLURAL, VERSION
+from vllm_operator import GROUP, PLURAL, VERSION, metrics
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.runtime import metrics
 from vllm_operator.runtime.controller import Controller
 from vllm_operator.runtime.leader import LeaderElector
 from vllm_operator.write.apply import Writer

@@ -22,9 +22,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from vllm_operator import metrics
 from vllm_operator.observe.benchresult import trim
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL
-from vllm_operator.runtime import metrics
 from vllm_operator.write.transport import Kube, _path
 
 log = logging.getLogger("vllm_operator")

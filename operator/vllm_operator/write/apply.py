@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vllm_operator import API_VERSION
 from vllm_operator.api.spec import parse_quantity
+from vllm_operator.observe.state import written_generation
 from vllm_operator.render.meta import SERVICE_LABEL
 from vllm_operator.write.transport import (
     PLURALS,
@@ -37,7 +38,6 @@ from vllm_operator.write.transport import (
     _failed,
     _path,
     _reason,
-    written_generation,
 )
 
 log = logging.getLogger("vllm_operator")

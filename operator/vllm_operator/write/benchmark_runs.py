@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Plan, Record, Start
 from vllm_operator.observe.benchresult import SUMMARY_KEY
 from vllm_operator.render.benchmark import (

@@ -21,7 +21,7 @@ import queue
 import threading
 from typing import Any, Protocol
 
-from vllm_operator.runtime import metrics
+from vllm_operator import metrics
 
 log = logging.getLogger("vllm_operator")
 

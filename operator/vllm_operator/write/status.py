@@ -16,9 +16,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_operator.api.records import Headline, Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import RELEASE_HOLD_ANNOTATION, Service
-from vllm_operator.decide.gates import Headline
 from vllm_operator.decide.progressive import (
     ABORTED,
     BAKING,
@@ -28,7 +28,7 @@ from vllm_operator.decide.progressive import (
     status_of,
 )
 from vllm_operator.observe.state import BenchView, Observed, rolled_out
-from vllm_operator.render.benchmark import REVISION_LABEL
+from vllm_operator.render.benchmark import REVISION_ANNOTATION
 from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
@@ -208,7 +208,7 @@ def _surge_note(dep: dict[str, Any]) -> str:
     """A one-replica rollout that found no room for its surge pod says so (oneReplicaSurge)."""
     annotations = dep.get("metadata", {}).get("annotations") or {}
     refused = annotations.get(SURGE_REFUSED_ANNOTATION)
-    if not refused or refused != annotations.get(REVISION_LABEL):
+    if not refused or refused != annotations.get(REVISION_ANNOTATION):
         return ""
     return (
         "; no room for a surge pod: the one replica is replaced in place (down meanwhile; "
@@ -387,8 +387,8 @@ def _passed(bench: BenchView, confirming: bool) -> tuple[Cond, dict[str, Any]]:
     return Cond("BenchmarkPassed", "True", "ThresholdsMet", "all thresholds met"), {"passed": True}
 
 
-def _measured(run: Any) -> dict[str, Any]:
-    """The one pod `run` (a gates.Run, or None) measures, and the load of other clients seen
+def _measured(run: Run | None) -> dict[str, Any]:
+    """The one pod `run` (a Run, or None) measures, and the load of other clients seen
     on it during the run (the result's liveLoad, summarised)."""
     out: dict[str, Any] = {}
     if run is None:

@@ -21,9 +21,8 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vllm_operator import API_VERSION, PLURAL
+from vllm_operator import API_VERSION, PLURAL, metrics
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.runtime import metrics
 
 log = logging.getLogger("vllm_operator")
 
@@ -163,12 +162,6 @@ def verb(method: str, path: str, query: list[tuple[str, str]] | None = None) -> 
     return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
         method, method.lower()
     )
-
-
-def written_generation(obj: dict[str, Any] | None, key: str) -> int:
-    """The service generation whose rendering last wrote `obj` (0: none recorded)."""
-    value = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(key, "")
-    return int(value) if str(value).isdigit() else 0
 
 
 class Kube:

@@ -35,7 +35,14 @@ from tests.unit.decide.test_canary import (
 )
 from tests.unit.fake_api import FakeApi, publish, rolled_out
 from vllm_operator.api.spec import BakeSpec
-from vllm_operator.decide.bake import FAILED, INCONCLUSIVE, PASSED, SKIPPED, judge, too_exposed
+from vllm_operator.decide.bake import (
+    BAKE_FAILED,
+    BAKE_INCONCLUSIVE,
+    BAKE_PASSED,
+    BAKE_SKIPPED,
+    judge_bake,
+    too_exposed,
+)
 from vllm_operator.observe.live import LiveBudgetError, PrometheusLive, min_window_seconds, queries
 from vllm_operator.observe.state import Bake, LiveFigures
 from vllm_operator.render.benchmark import run_name
@@ -55,12 +62,12 @@ def figures(**changes: Any) -> LiveFigures:
 
 
 def test_a_canary_as_good_as_the_stable_pods_bakes_until_the_window_ends_then_passes() -> None:
-    during = judge(LIMITS, Bake("t", 30, canary=GOOD, stable=GOOD))
+    during = judge_bake(LIMITS, Bake("t", 30, canary=GOOD, stable=GOOD))
     assert during.verdict is None
     assert "until 30 s from now" in during.message
     assert "canary 40 requests, TTFT p99 200 ms" in during.message
-    after = judge(LIMITS, Bake("t", 60, canary=GOOD, stable=GOOD))
-    assert after.verdict == PASSED
+    after = judge_bake(LIMITS, Bake("t", 60, canary=GOOD, stable=GOOD))
+    assert after.verdict == BAKE_PASSED
 
 
 @pytest.mark.parametrize(
@@ -77,30 +84,30 @@ def test_a_worse_canary_fails_as_soon_as_it_answered_enough(canary: LiveFigures,
         r = c if recent is None else recent
         return Bake("t", 20, canary=c, stable=GOOD, recent_canary=r, recent_stable=GOOD)
 
-    verdict = judge(LIMITS, bake(canary))
-    assert verdict.verdict == FAILED
+    verdict = judge_bake(LIMITS, bake(canary))
+    assert verdict.verdict == BAKE_FAILED
     assert why in verdict.message
     assert "over the whole bake and its most recent half" in verdict.message
     # at the limit exactly, or with fewer requests than minRequests, it is not (yet) failed
     at_limit = figures(ttft_p99=0.3, itl_p99=0.03, http_errors=0.4)
-    assert judge(LIMITS, bake(at_limit)).verdict is None
+    assert judge_bake(LIMITS, bake(at_limit)).verdict is None
     few = LiveFigures(**{**canary.__dict__, "requests": 19, "http_requests": 19})
-    assert judge(LIMITS, bake(few)).verdict is None
+    assert judge_bake(LIMITS, bake(few)).verdict is None
     # worse over the whole bake only: a spike that is over (the canary's first seconds)
-    spike = judge(LIMITS, bake(canary, recent=GOOD))
+    spike = judge_bake(LIMITS, bake(canary, recent=GOOD))
     assert spike.verdict is None
     assert "not over its most recent half: a spike that is over" in spike.message
     # no second look yet (the bake too young for a half of its own): wait, say so
-    young = judge(LIMITS, Bake("t", 10, canary=canary, stable=GOOD))
+    young = judge_bake(LIMITS, Bake("t", 10, canary=canary, stable=GOOD))
     assert young.verdict is None
     assert "to be confirmed over its most recent half" in young.message
     # and at the window's end the spike that is over passes
     assert (
-        judge(
+        judge_bake(
             LIMITS,
             Bake("t", 60, canary=canary, stable=GOOD, recent_canary=GOOD, recent_stable=GOOD),
         ).verdict
-        == PASSED
+        == BAKE_PASSED
     )
 
 
@@ -116,22 +123,22 @@ def test_a_latency_over_its_limit_within_the_histograms_resolution_decides_nothi
     def bake(c: LiveFigures, elapsed: float = 30) -> Bake:
         return Bake("t", elapsed, canary=c, stable=stable, recent_canary=c, recent_stable=stable)
 
-    during = judge(LIMITS, bake(blurred))
+    during = judge_bake(LIMITS, bake(blurred))
     assert during.verdict is None
     assert (
         "not decisive: TTFT p99 223 ms above 1.5 x the stable pods' 100 ms, within the "
         "histogram's bucket from 100 ms"
     ) in during.message
-    at_end = judge(LIMITS, bake(blurred, elapsed=60))
-    assert at_end.verdict == PASSED
+    at_end = judge_bake(LIMITS, bake(blurred, elapsed=60))
+    assert at_end.verdict == BAKE_PASSED
     assert "not decisive" in at_end.message
     # a canary whose p99 lies in a bucket wholly above the limit (750 ms to 1 s) is aborted
-    slow = judge(LIMITS, bake(figures(ttft_p99=0.9, ttft_p99_floor=0.75)))
-    assert slow.verdict == FAILED
+    slow = judge_bake(LIMITS, bake(figures(ttft_p99=0.9, ttft_p99_floor=0.75)))
+    assert slow.verdict == BAKE_FAILED
     assert "TTFT p99 900 ms > 1.5 x the stable pods' 100 ms" in slow.message
     # the bucket's lower bound at the limit exactly: wholly above it
     edge = figures(itl_p99=0.045, itl_p99_floor=0.03)
-    assert judge(LIMITS, bake(edge)).verdict == FAILED
+    assert judge_bake(LIMITS, bake(edge)).verdict == BAKE_FAILED
 
 
 def test_figures_that_reach_back_before_the_bake_decide_no_abort_until_the_window_ends() -> None:
@@ -140,14 +147,17 @@ def test_figures_that_reach_back_before_the_bake_decide_no_abort_until_the_windo
     once the window holds the bake alone the same figures abort it; a bake shorter than the
     shortest window is judged on what there is at its end."""
     worse = figures(ttft_p99=0.9)
-    early = judge(LIMITS, Bake("t", 10, canary=worse, stable=GOOD, window=60))
+    early = judge_bake(LIMITS, Bake("t", 10, canary=worse, stable=GOOD, window=60))
     assert early.verdict is None
     assert "they decide nothing until 50 s from now" in early.message
     assert "TTFT p99 900 ms" in early.message  # (the figures are shown)
-    assert judge(LIMITS, Bake("t", 60, canary=worse, stable=GOOD, window=61)).verdict == FAILED
+    assert (
+        judge_bake(LIMITS, Bake("t", 60, canary=worse, stable=GOOD, window=61)).verdict
+        == BAKE_FAILED
+    )
     short = BakeSpec(seconds=30, min_requests=20)
-    at_end = judge(short, Bake("t", 30, canary=worse, stable=GOOD, window=60))
-    assert at_end.verdict == FAILED
+    at_end = judge_bake(short, Bake("t", 30, canary=worse, stable=GOOD, window=60))
+    assert at_end.verdict == BAKE_FAILED
 
 
 def test_the_shortest_window_is_four_scrape_intervals() -> None:
@@ -161,10 +171,10 @@ def test_the_shortest_window_is_four_scrape_intervals() -> None:
 
 def test_a_window_without_enough_traffic_is_inconclusive_and_a_read_failure_no_verdict() -> None:
     quiet = figures(requests=3, http_requests=3)
-    verdict = judge(LIMITS, Bake("t", 61, canary=quiet, stable=GOOD))
-    assert verdict.verdict == INCONCLUSIVE
+    verdict = judge_bake(LIMITS, Bake("t", 61, canary=quiet, stable=GOOD))
+    assert verdict.verdict == BAKE_INCONCLUSIVE
     assert "3 requests to the canary (fewer than minRequests 20)" in verdict.message
-    failed_read = judge(LIMITS, Bake("t", 600, error="reading Prometheus failed: timeout"))
+    failed_read = judge_bake(LIMITS, Bake("t", 600, error="reading Prometheus failed: timeout"))
     assert failed_read.verdict is None
     assert "no figures: reading Prometheus failed: timeout" in failed_read.message
 
@@ -366,19 +376,19 @@ SILENT = LiveFigures(requests=0, http_requests=0, http_errors=0, ttft_p99=None, 
 
 def test_a_canary_answering_every_live_request_with_a_5xx_fails() -> None:
     # (it was Inconclusive, then promoted: 0 finished requests never reached minRequests)
-    mid = judge(
+    mid = judge_bake(
         LIMITS,
         Bake("t", 20, canary=ALL_5XX, stable=GOOD, recent_canary=ALL_5XX, recent_stable=GOOD),
     )
-    assert mid.verdict == FAILED
+    assert mid.verdict == BAKE_FAILED
     assert "5xx share 100.0% against the stable pods' 0.0%" in mid.message
     # at the window's end with no recent half read, and with no stable figures at all (a 5xx
     # share of 0 to compare with)
-    assert judge(LIMITS, Bake("t", 61, canary=ALL_5XX, stable=GOOD)).verdict == FAILED
-    assert judge(LIMITS, Bake("t", 61, canary=ALL_5XX)).verdict == FAILED
+    assert judge_bake(LIMITS, Bake("t", 61, canary=ALL_5XX, stable=GOOD)).verdict == BAKE_FAILED
+    assert judge_bake(LIMITS, Bake("t", 61, canary=ALL_5XX)).verdict == BAKE_FAILED
     # the control: the stable pods fail as much (a shared fault, not the revision's)
-    same = judge(LIMITS, Bake("t", 61, canary=ALL_5XX, stable=ALL_5XX))
-    assert same.verdict == PASSED
+    same = judge_bake(LIMITS, Bake("t", 61, canary=ALL_5XX, stable=ALL_5XX))
+    assert same.verdict == BAKE_PASSED
 
 
 def test_a_canary_that_stops_answering_in_the_second_half_fails() -> None:
@@ -389,25 +399,25 @@ def test_a_canary_that_stops_answering_in_the_second_half_fails() -> None:
     # (the stable pods' traffic fell in that half too: not "stopped answering", judged on the
     # whole bake at the window's end)
     quieter = figures(ttft_p99=0.1, requests=10, http_requests=10)
-    end = judge(
+    end = judge_bake(
         LIMITS,
         Bake("t", 61, canary=slow, stable=fast, recent_canary=SILENT, recent_stable=quieter),
     )
-    assert end.verdict == FAILED
+    assert end.verdict == BAKE_FAILED
     assert "TTFT p99 5000 ms > 1.5 x the stable pods' 100 ms" in end.message
     # before the window's end: 40 answered before the recent half, 0 in it, while the stable
     # pods answered 40 in it (of 80): it stopped answering, failed at once, whatever latency
     whole_stable = figures(requests=80, http_requests=80)
     hung = Bake("t", 30, canary=GOOD, stable=whole_stable, recent_canary=SILENT, recent_stable=GOOD)
-    verdict = judge(LIMITS, hung)
-    assert verdict.verdict == FAILED
+    verdict = judge_bake(LIMITS, hung)
+    assert verdict.verdict == BAKE_FAILED
     assert "stopped answering: 0 requests in the bake's most recent half" in verdict.message
     # the controls: the traffic stopped for everyone (the stable pods answered 5 of 80 in the
     # half), or the canary had answered too few before it to expect any: still baking
     lull = dataclasses.replace(hung, recent_stable=figures(requests=5, http_requests=5))
-    assert judge(LIMITS, lull).verdict is None
+    assert judge_bake(LIMITS, lull).verdict is None
     few = figures(requests=10, http_requests=10)
-    assert judge(LIMITS, dataclasses.replace(hung, canary=few)).verdict is None
+    assert judge_bake(LIMITS, dataclasses.replace(hung, canary=few)).verdict is None
 
 
 def _inconclusive(api: FakeApi, live: Live, policy: str | None) -> Any:
@@ -662,7 +672,7 @@ def test_a_bake_the_canary_would_take_too_much_of_the_traffic_for_is_skipped_and
     assert too_exposed(exposed, 3) is None  # 1/4: within 0.25
     one = too_exposed(exposed, 1)
     assert one is not None
-    assert one.verdict == SKIPPED
+    assert one.verdict == BAKE_SKIPPED
     assert "about 50% of live traffic, above bake.maxTrafficShare 0.25" in one.message
     assert "it needs 3 or more" in one.message
     assert too_exposed(BakeSpec(seconds=60), 1) is None  # the default: always bake

@@ -9,20 +9,19 @@ from typing import Any
 
 from tests.unit.builders import service
 from vllm_bench.cli import build_parser
+from vllm_operator.api.records import Run, Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.decide.aim import aim
-from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Plan, Start, decide
 from vllm_operator.decide.target_pod import (
     Choice,
-    Target,
     choose_target,
     revision_pods,
     target_gone,
 )
 from vllm_operator.observe.state import BenchView, JobState, Observed
 from vllm_operator.render.benchmark import (
-    REVISION_LABEL,
+    REVISION_ANNOTATION,
     TARGET_ANNOTATION,
     recorded_target,
     render_job,
@@ -191,7 +190,7 @@ RUN = run_name(SVC, REV)
 
 def rolled_out(replicas: int = 2) -> dict[str, Any]:
     return {
-        "metadata": {"name": "minimal", "generation": 2, "annotations": {REVISION_LABEL: REV}},
+        "metadata": {"name": "minimal", "generation": 2, "annotations": {REVISION_ANNOTATION: REV}},
         "spec": {"replicas": replicas},
         "status": {
             "observedGeneration": 2,

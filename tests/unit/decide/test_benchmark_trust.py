@@ -19,9 +19,9 @@ from tests.unit.builders import body, service
 from tests.unit.fake_api import FakeApi
 from vllm_bench.cli import build_parser
 from vllm_operator import API_VERSION
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Plan, Start, confirming
 from vllm_operator.observe.read import history
 from vllm_operator.reconcile import reconcile, restorable

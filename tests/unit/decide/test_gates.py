@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
+from vllm_operator.api.records import Headline, Run
 from vllm_operator.api.spec import BenchmarkThresholds
 from vllm_operator.decide.gates import (
     FAILED,
     PASSED,
-    Headline,
-    Run,
     baseline,
     failures,
     judge,

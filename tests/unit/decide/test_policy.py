@@ -7,9 +7,10 @@ import dataclasses
 from typing import Any
 
 from tests.unit.builders import service
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.gates import FAILED, PASSED, Run
+from vllm_operator.decide.gates import FAILED, PASSED
 from vllm_operator.decide.policy import (
     NO_RESULT,
     SUPERSEDED,
@@ -24,7 +25,7 @@ from vllm_operator.decide.policy import (
 from vllm_operator.observe.state import JobState, Observed, previous_revision
 from vllm_operator.render.benchmark import (
     PREVIOUS_REVISION_ANNOTATION,
-    REVISION_LABEL,
+    REVISION_ANNOTATION,
     revision,
     run_name,
     spec_hash,
@@ -44,7 +45,7 @@ def with_spec(spec: dict[str, Any]) -> Service:
 
 def deployment(rev: str = REV, *, ready: bool = True, replicas: int = 1) -> dict[str, Any]:
     return {
-        "metadata": {"name": "minimal", "generation": 2, "annotations": {REVISION_LABEL: rev}},
+        "metadata": {"name": "minimal", "generation": 2, "annotations": {REVISION_ANNOTATION: rev}},
         "spec": {"replicas": replicas},
         "status": {
             "observedGeneration": 2 if ready else 1,

@@ -24,11 +24,12 @@ from vllm_localenv.monitoring import (
     rules_file,
 )
 from vllm_localenv.targets import write_if_changed
+from vllm_operator import metrics
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.decide.gates import FAILED, PASSED, Run
+from vllm_operator.decide.gates import FAILED, PASSED
 from vllm_operator.generate.monitoring import adapter_config
 from vllm_operator.render.monitoring import BAND_METRIC, render_monitoring
-from vllm_operator.runtime import metrics
 
 SETTINGS = OperatorSettings()
 

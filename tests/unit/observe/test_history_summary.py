@@ -14,9 +14,9 @@ import pytest
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
-from vllm_operator.decide.gates import Run
 from vllm_operator.decide.policy import Record
 from vllm_operator.observe import read as observe
 from vllm_operator.observe.benchresult import (

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.unit.fake_api import FakeApi
+from vllm_operator import metrics
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.reconcile import Outcome
-from vllm_operator.runtime import metrics
 from vllm_operator.runtime.controller import Controller, Result
 
 

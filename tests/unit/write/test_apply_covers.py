@@ -10,9 +10,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.builders import service
+from vllm_operator.api.records import Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.decide.policy import Start
-from vllm_operator.decide.target_pod import Target
 from vllm_operator.reconcile import Event, _events
 from vllm_operator.render.deployment import render_deployment
 from vllm_operator.write.apply import Change, Writer, covers

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from vllm_operator.runtime import metrics
+from vllm_operator import metrics
 from vllm_operator.write.events import EventRecorder
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.unit.builders import service
+from vllm_operator.api.records import Run
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.decide.gates import Run
 from vllm_operator.observe.read import job_state
 from vllm_operator.observe.state import (
     MESSAGE_TAIL,

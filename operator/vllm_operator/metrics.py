@@ -1,6 +1,9 @@
 """The operator's own Prometheus metrics: the benchmark figures of every recorded run per
 service and revision (so dashboards can show performance by rollout), reconcile counts and
-durations, the work queue's depth, and the API requests the operator makes by verb."""
+durations, the work queue's depth, and the API requests the operator makes by verb.
+
+Beside the stages rather than in one: write counts its requests and Events here, runtime its
+reconciles and the published runs; neither imports the other for it."""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ import contextlib
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from vllm_operator.decide.gates import FAILED, PASSED, Run
+from vllm_operator.api.records import Run
+from vllm_operator.decide.gates import FAILED, PASSED
 
 LABELS = ("namespace", "service", "revision")
 BENCH = {
