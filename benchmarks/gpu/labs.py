@@ -18,7 +18,7 @@ Parts (each writes WORK/results/PART.json, and is skipped when that file exists)
   lab2-512     the same server settings with max_model_len 512: capacity and throughput
   lab1-engine  TinyLlama at lab 1's engine settings (1024, 0.5, eager, block 16, prefix
                caching) with its workload (--preset lab1): load time, KV capacity, batching
-  lab2-naive-fp16  transformers in fp16 on lab 2's prompts and 150 tokens, sequential
+  lab2-naive-fp16  transformers in fp16 on lab 2's 5 naive prompts at 200 tokens, sequential
   lab2-lab     Llama-3-8B as lab 2 ran it: 2048 at 0.85, --preset lab2 (150 tokens)
   lab2-512-lab the same at max_model_len 512, 0.90, 100 tokens (--preset lab2-512)
   rendered-pod the operator's rendered tinyllama container as rendered (rendered_pod.py):
@@ -337,18 +337,20 @@ def lab2_naive_fp16(work: Path) -> dict[str, Any]:
     stop_server(work)
     from vllm_bench.presets import PRESETS  # noqa: PLC0415 - after sys.path is set
 
-    preset = PRESETS["lab2"]
-    texts = list(preset.prompts)[:6]
+    sequential = PRESETS["lab2"].baseline  # the lab's naive prompts at its sequential sampling
+    assert sequential is not None
+    # the first prompt once more in front: it pays for the first kernel launches, discarded
+    texts = [sequential.prompts[0], *sequential.prompts]
     env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
     cmd = [PY, "-m", "vllm_bench.naive", "--model-dir", str(work / "models" / "llama3-8b")]
-    cmd += ["--max-new-tokens", str(preset.output_tokens), "--device", "cuda"]
+    cmd += ["--max-new-tokens", str(sequential.sampling.max_tokens), "--device", "cuda"]
     cmd += ["--dtype", "float16"]
     log(f"naive: {shlex.join(cmd)}")
     proc = subprocess.run(
         cmd, input=json.dumps(texts), capture_output=True, text=True, env=env, check=True
     )
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    measured = result["samples"][1:]  # the first pays for the first kernel launches
+    measured = result["samples"][1:]  # the repeated first prompt: the warm-up
     rates = [s["outputTokens"] / s["latencySeconds"] for s in measured]
     result["command"] = shlex.join(cmd)
     result["warmupDiscarded"] = 1

@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from vllm_bench import report
+from vllm_bench import lab_texts, report
 from vllm_bench.client import BenchError
 from vllm_bench.presets import PRESETS
 from vllm_bench.results import (
@@ -170,8 +170,10 @@ def build_parser(run_defaults: dict[str, object] | None = None) -> argparse.Argu
         "--preset",
         choices=tuple(PRESETS),
         default=None,
-        help="send a reference lab's workload instead of the synthetic one: its prompts, "
-        "sampling and output length, stopping at EOS (arguments given as well still win): "
+        help="send a reference lab's workload instead of the synthetic one: its prompts "
+        "verbatim, its API, each step's sampling and output length, stopping at EOS, and "
+        "beside the runner's figures the lab's own (arguments given as well still win; "
+        "--output-tokens and --temperature then replace every step's): "
         + "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values()),
     )
     sizes.add_argument(
@@ -296,6 +298,14 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise BenchError(
             "usage", "the naive scenario needs --naive-model-dir (the served model's weights)"
         )
+    preset = PRESETS[args.preset] if args.preset else None
+    # with a preset, --output-tokens and --temperature default to None: each of the lab's
+    # steps sends its own; given, they replace every step's
+    output_tokens = args.output_tokens
+    temperature = args.temperature
+    if preset is not None:
+        output_tokens = preset.output_tokens if output_tokens is None else output_tokens
+        temperature = preset.temperature if temperature is None else temperature
     return BenchConfig(
         url=normalise_url(args.url),
         model=args.model,
@@ -307,7 +317,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         proxy_from_env=args.proxy_from_env,
         requests=args.requests,
         input_tokens=args.input_tokens,
-        output_tokens=args.output_tokens,
+        output_tokens=output_tokens,
         max_concurrency=args.max_concurrency,
         prefix_tokens=args.prefix_tokens,
         prefix_requests=args.prefix_requests,
@@ -317,7 +327,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         naive_requests=args.naive_requests,
         naive_python=args.naive_python,
         naive_model_dir=args.naive_model_dir,
-        temperature=args.temperature,
+        temperature=temperature,
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
         wait_ready_seconds=args.wait_ready_seconds,
         metrics_interval_seconds=args.metrics_interval_seconds,
@@ -328,7 +338,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ignore_eos=args.ignore_eos,
         sampling_seed=args.sampling_seed,
         preset=args.preset,
-        preset_stand_ins=PRESETS[args.preset].stand_ins if args.preset else (),
+        preset_stand_ins=preset.stand_ins if preset else (),
+        preset_max_tokens=args.output_tokens if preset else None,
+        preset_temperature=args.temperature if preset else None,
+        preset_texts_sha256=lab_texts.digest() if preset else None,
     )
 
 

@@ -102,33 +102,43 @@ class SseDecoder:
 
 @dataclass(frozen=True)
 class Request:
-    """One generation request: a completions `prompt` or chat `messages`."""
+    """One generation request: a completions `prompt` (a list of prompts: one request for
+    all of them, as the reference lab's one llm.generate call) or chat `messages`.
+    `max_tokens` or `temperature` None: not sent (the server's default, as a lab that sets
+    none). `retry_empty` False: an empty completion is returned as it is (the caller has its
+    own fallback)."""
 
-    max_tokens: int
-    prompt: str | None = None
+    max_tokens: int | None
+    prompt: str | tuple[str, ...] | None = None
     messages: tuple[Mapping[str, str], ...] | None = None
     ignore_eos: bool = True  # fixed output length, so that runs compare
-    temperature: float = 0.0
+    temperature: float | None = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    retry_empty: bool = True
 
     @property
     def path(self) -> str:
         return "/v1/chat/completions" if self.messages is not None else "/v1/completions"
 
     def body(self, model: str, temperature: float | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": model,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature if temperature is None else temperature,
-            "ignore_eos": self.ignore_eos,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            **self.extra,
-        }
+        body: dict[str, Any] = {"model": model}
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        temperature = self.temperature if temperature is None else temperature
+        if temperature is not None:
+            body["temperature"] = temperature
+        body.update(
+            {
+                "ignore_eos": self.ignore_eos,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                **self.extra,
+            }
+        )
         if self.messages is not None:
             body["messages"] = [dict(m) for m in self.messages]
         else:
-            body["prompt"] = self.prompt
+            body["prompt"] = list(self.prompt) if isinstance(self.prompt, tuple) else self.prompt
         return body
 
 
@@ -376,7 +386,7 @@ class OpenAIClient:
         if not first.empty:
             return first
         first.empty_first_attempt = True
-        if request.temperature == 0:
+        if request.temperature == 0 or not request.retry_empty:
             return first
         second = await self._stream(request, temperature=0.0)
         second.empty_first_attempt = True

@@ -56,14 +56,21 @@ def summary_tables(doc: dict[str, Any]) -> list[Table]:
     head.add_column("value", justify="right")
     for key, value in doc.get("headline", {}).items():
         head.add_row(key, _fmt(value))
+    if doc.get("config", {}).get("preset"):
+        head.add_row("preset (the lab's workload)", str(doc["config"]["preset"]))
     tables.append(head)
+    preset = doc.get("config", {}).get("preset")
     for name, scenario in doc.get("scenarios", {}).items():
-        table = Table(title=f"{name} ({scenario.get('elapsedSeconds', 0):.1f} s)")
+        lab = scenario.get("lab")
+        whose = ": the runner's figures" if preset else ""
+        table = Table(title=f"{name} ({scenario.get('elapsedSeconds', 0):.1f} s){whose}")
         table.add_column("summary")
         table.add_column("value", justify="right")
         for key, value in _scalars(scenario.get("summary", {})):
             table.add_row(key, value)
         tables.append(table)
+        if isinstance(lab, dict):
+            tables.append(lab_table(name, scenario))
     ladder = doc.get("scenarios", {}).get("batching", {}).get("summary", {}).get("ladder")
     if ladder:
         table = Table(title="batching ladder")
@@ -76,6 +83,39 @@ def summary_tables(doc: dict[str, Any]) -> list[Table]:
     if live:
         tables.append(_live_load_table(live))
     return tables
+
+
+def _fmt_figure(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(_fmt(v) for v in value)
+    return _fmt(value)
+
+
+def lab_table(name: str, scenario: dict[str, Any]) -> Table:
+    """A scenario's figures as the preset's lab defines them (its `lab`), each with its
+    definition and the runner's own figure beside it where the runner has one."""
+    lab = scenario["lab"]
+    summary = scenario.get("summary", {})
+    title = f"{name}: {lab.get('lab') or lab.get('preset')}'s figures, by the lab's definitions"
+    if lab.get("note"):
+        title += f"\n({lab['note']})"
+    table = Table(title=title)
+    table.add_column("lab's figure")
+    table.add_column("value", justify="right")
+    table.add_column("the lab's definition")
+    table.add_column("runner's figure beside it")
+    table.add_column("value", justify="right")
+    beside = lab.get("runnerFigures", {})
+    for key, value in lab.get("figures", {}).items():
+        mine = beside.get(key)
+        table.add_row(
+            key,
+            _fmt_figure(value),
+            str(lab.get("definitions", {}).get(key, "")),
+            mine or "",
+            _fmt_figure(summary.get(mine)) if mine else "",
+        )
+    return table
 
 
 LIVE_LOAD_COLUMNS = (
@@ -571,6 +611,24 @@ def write_html(doc: dict[str, Any], out_dir: Path, plots: list[Path]) -> Path:
             f"<h2>{_esc(name)}</h2>"
             + _html_table(_scalars(scenario.get("summary", {})), ("summary", "value"))
         )
+        lab = scenario.get("lab")
+        if isinstance(lab, dict):
+            beside = lab.get("runnerFigures", {})
+            summary = scenario.get("summary", {})
+            rows = "".join(
+                f"<tr><td>{_esc(k)}</td><td>{_esc(_fmt_figure(v))}</td>"
+                f"<td>{_esc(lab.get('definitions', {}).get(k, ''))}</td>"
+                f"<td>{_esc(beside.get(k, ''))}</td>"
+                f"<td>{_esc(_fmt_figure(summary.get(beside[k])) if k in beside else '')}</td></tr>"
+                for k, v in lab.get("figures", {}).items()
+            )
+            note = f"<p>{_esc(lab['note'])}</p>" if lab.get("note") else ""
+            parts.append(
+                f"<h3>{_esc(lab.get('lab') or lab.get('preset'))}'s figures, by the lab's "
+                f"definitions</h3>{note}<table><tr><th>lab's figure</th><th>value</th>"
+                "<th>the lab's definition</th><th>runner's figure beside it</th><th>value</th>"
+                f"</tr>{rows}</table>"
+            )
         ladder = scenario.get("summary", {}).get("ladder")
         if ladder:
             header = "".join(f"<th>{_esc(k)}</th>" for k in ladder[0])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllm_bench.client import BenchError, Completion, OpenAIClient, Request
-from vllm_bench.presets import PRESETS, Preset
+from vllm_bench.presets import PRESETS, Preset, Sampling
 from vllm_bench.stats import peak_overlap, percentile
 from vllm_bench.workload import PromptFactory
 
@@ -57,6 +57,10 @@ class BenchConfig:
     sampling_seed: int | None = None  # the requests' `seed` (vLLM's per-request sampling seed)
     preset: str | None = None  # a lab's workload (presets.py) instead of the synthetic one
     preset_stand_ins: tuple[str, ...] = ()  # the preset's texts that are not the lab's own
+    # given with a preset: every step's max_tokens / temperature (None: each step's own)
+    preset_max_tokens: int | None = None
+    preset_temperature: float | None = None
+    preset_texts_sha256: str | None = None  # the digest of the lab texts a preset sent
 
     def as_document(self) -> dict[str, Any]:
         """camelCase keys, as in the result document."""
@@ -121,12 +125,69 @@ class Context:
             extra={} if cfg.sampling_seed is None else {"seed": cfg.sampling_seed},
         )
 
+    def preset_request(
+        self, prompt: str | tuple[str, ...], sampling: Sampling, *, retry_empty: bool = True
+    ) -> Request:
+        """A request of a lab's step as the lab sends it: through the preset's API (a chat
+        message or a completion-style prompt; a tuple of prompts: one completions request
+        for all), with the step's sampling, unless --output-tokens or --temperature was given
+        (then those, for every step); the sampling seed where the step sets one."""
+        preset = self.preset
+        if preset is None:
+            raise RuntimeError("preset_request without a preset")
+        cfg = self.config
+        chat = preset.api == "chat"
+        if chat and not isinstance(prompt, str):
+            raise ValueError("a chat request carries one prompt")
+        return Request(
+            max_tokens=(
+                sampling.max_tokens if cfg.preset_max_tokens is None else cfg.preset_max_tokens
+            ),
+            prompt=None if chat else prompt,
+            messages=({"role": "user", "content": str(prompt)},) if chat else None,
+            ignore_eos=cfg.ignore_eos,
+            temperature=(
+                sampling.temperature if cfg.preset_temperature is None else cfg.preset_temperature
+            ),
+            extra=(
+                {"seed": cfg.sampling_seed}
+                if sampling.seed is not None and cfg.sampling_seed is not None
+                else {}
+            ),
+            retry_empty=retry_empty,
+        )
+
     def completion_prompts(self, n: int) -> list[str]:
         """n completion prompts: the preset's (in order, cycled) or fresh random words of
         about --input-tokens each."""
         if self.preset is not None:
             return self.preset.cycled(n)
         return [self.prompts.prompt(self.config.input_tokens) for _ in range(n)]
+
+
+class LabFigures:
+    """A scenario's figures as the preset's lab defines them, kept beside the runner's own
+    (the scenario's `summary`): result.json's `lab` of the scenario holds each figure, its
+    definition (in the lab's terms) and the runner's summary figure beside it where there is
+    one. Filled in as the scenario goes, so that a failure keeps what was measured."""
+
+    def __init__(self, preset: Preset, result: ScenarioResult, note: str | None = None) -> None:
+        self.document: dict[str, Any] = {
+            "preset": preset.name,
+            "lab": preset.lab,
+            "figures": {},
+            "definitions": {},
+            "runnerFigures": {},
+        }
+        if note:
+            self.document["note"] = note
+        result.extra["lab"] = self.document
+
+    def add(self, name: str, value: Any, definition: str, beside: str | None = None) -> None:
+        self.document["figures"][name] = value
+        self.document["definitions"][name] = definition
+        if beside:
+            self.document["runnerFigures"][name] = beside
 
 
 @dataclass

@@ -9,6 +9,11 @@ over serial, the knee of the ladder (stats.knee) and the throughput there (the r
 headline: where the ladder says throughput saturates, not a fixed number of requests), and
 from /metrics the preemptions during the scenario and the peak queue depth, polled while the
 ladder runs (its top level is meant to go past the server's --max-num-seqs).
+
+With --preset, the phases send the lab's prompts (presets.py) as the lab sends them, and
+first the lab's own steps (phases lab-*): lab 1's baseline (its first 4 prompts in one
+request) and batch (its 32 in one request), lab 2's sequential run; their figures, and lab
+2's of its concurrent step (the concurrent phase), by the lab's definitions, go to `lab`.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from typing import Any
 
 from vllm_bench.client import BenchError, Request
 from vllm_bench.metrics import POLLED, PREEMPTIONS, MetricsPoller, counter_delta
+from vllm_bench.presets import Step
 from vllm_bench.scenarios.base import (
     Context,
+    LabFigures,
     PhaseResult,
     ScenarioResult,
     empty_counts,
@@ -44,7 +51,109 @@ def ladder_requests(concurrency: int) -> int:
 
 
 def _requests(ctx: Context, n: int) -> list[Request]:
+    """n requests of the runner's phases: the preset's batching prompts (in order, cycled)
+    as its lab sends them, or fresh random words."""
+    preset = ctx.preset
+    if preset is not None:
+        return [ctx.preset_request(p, preset.batching.sampling) for p in preset.cycled(n)]
     return [ctx.request(prompt=prompt) for prompt in ctx.completion_prompts(n)]
+
+
+def _step_requests(ctx: Context, step: Step) -> list[Request]:
+    if step.one_request:
+        return [ctx.preset_request(step.prompts, step.sampling)]
+    return [ctx.preset_request(p, step.sampling) for p in step.prompts]
+
+
+async def _lab_step(
+    ctx: Context, result: ScenarioResult, lab: LabFigures, name: str, step: Step
+) -> PhaseResult:
+    """A lab's step as the lab sends it (phase lab-NAME): all its prompts in one request,
+    or one request after another; its figures by the lab's definitions."""
+    phase = await run_requests(ctx, _step_requests(ctx, step), 1, result, f"lab-{name}")
+    if step.one_request:
+        lab.add(
+            f"{name}Seconds",
+            rounded(phase.wall_seconds),
+            f"{len(step.prompts)} prompts ({step.source}) in one completions request: its "
+            "wall time",
+        )
+        lab.add(f"{name}OutputTokens", phase.output_tokens, "their output tokens")
+        lab.add(
+            f"{name}OutputTokensPerSecond",
+            rounded(phase.output_tokens_per_second, 3),
+            "their output tokens / the wall time",
+            beside="serialOutputTokensPerSecond"
+            if name == "baseline"
+            else "concurrentOutputTokensPerSecond",
+        )
+        return phase
+    latencies = [c.latency for c in phase.completions]
+    lab.add(
+        f"{name}LatencySeconds",
+        [rounded(x) for x in latencies],
+        f"the {len(step.prompts)} prompts ({step.source}) one at a time: each request's "
+        "send to last token",
+    )
+    lab.add(
+        f"{name}OutputTokens", [c.output_tokens for c in phase.completions], "each's output tokens"
+    )
+    lab.add(
+        f"{name}AvgSeconds",
+        rounded(sum(latencies) / len(latencies)) if latencies else None,
+        "the mean of those latencies",
+        beside="serialLatencyP50Seconds",
+    )
+    return phase
+
+
+def _lab_concurrent(ctx: Context, lab: LabFigures, phase: PhaseResult) -> None:
+    """Lab 2's figures of its concurrent step, taken from the runner's concurrent phase
+    (the same requests: the lab's prompts, all at once)."""
+    preset = ctx.preset
+    if preset is None:
+        return
+    if ctx.config.requests != len(preset.batching.prompts):
+        lab.document["note"] = (
+            f"--requests {ctx.config.requests}: the concurrent phase did not send the lab's "
+            f"{len(preset.batching.prompts)} prompts, so the lab's concurrent figures are not given"
+        )
+        return
+    latencies = [c.latency for c in phase.completions]
+    source = preset.batching.source
+    lab.add(
+        "concurrentLatencySeconds",
+        [rounded(x) for x in latencies],
+        f"the {len(latencies)} prompts ({source}) sent at once: each request's send to last token",
+    )
+    lab.add(
+        "concurrentOutputTokens",
+        [c.output_tokens for c in phase.completions],
+        "each's output tokens",
+    )
+    lab.add(
+        "concurrentWallSeconds",
+        rounded(phase.wall_seconds),
+        "first send to last completion",
+    )
+    lab.add(
+        "concurrentAvgSeconds",
+        rounded(sum(latencies) / len(latencies)) if latencies else None,
+        "the mean of the requests' latencies",
+        beside="latencyP50Seconds",
+    )
+    lab.add("concurrentTotalTokens", phase.output_tokens, "their output tokens, summed")
+    lab.add(
+        "concurrentOutputTokensPerSecond",
+        rounded(phase.output_tokens_per_second, 3),
+        "total tokens / wall time",
+        beside="concurrentOutputTokensPerSecond",
+    )
+    lab.add(
+        "concurrentSerialSumSeconds",
+        rounded(sum(latencies)),
+        "the sum of the latencies (what one at a time would take, by the lab's estimate)",
+    )
 
 
 def _point(phase: PhaseResult, concurrency: int) -> dict[str, float | int | None]:
@@ -83,7 +192,26 @@ async def run(ctx: Context, result: ScenarioResult) -> None:
     s = result.summary
     before = await ctx.client.metrics()
     poller = MetricsPoller(lambda: ctx.client.metrics(only=POLLED), cfg.metrics_interval_seconds)
+    preset = ctx.preset
+    lab = LabFigures(preset, result) if preset else None
     try:
+        lab_phases: dict[str, PhaseResult] = {}
+        if preset is not None and lab is not None:
+            for name, step in (("baseline", preset.baseline), ("batch", preset.batch)):
+                if step is not None:
+                    # lab 1's baseline is one request of 4; lab 2's, 5 one at a time
+                    name = name if step.one_request else "sequential"  # noqa: PLW2901
+                    lab_phases[name] = await _lab_step(ctx, result, lab, name, step)
+        if lab is not None and {"baseline", "batch"} <= lab_phases.keys():
+            base, batch = lab_phases["baseline"], lab_phases["batch"]
+            lab.add(
+                "speedup",
+                rounded(batch.output_tokens_per_second / base.output_tokens_per_second, 3)
+                if base.output_tokens_per_second > 0
+                else None,
+                "the batch's output tokens/s over the baseline's",
+                beside="speedupOverSerial",
+            )
         serial = await run_requests(ctx, _requests(ctx, cfg.requests), 1, result, "serial")
         s["serialOutputTokensPerSecond"] = rounded(serial.output_tokens_per_second, 3)
         s["serialLatencyP50Seconds"] = rounded(serial.latency(50))
@@ -102,6 +230,8 @@ async def run(ctx: Context, result: ScenarioResult) -> None:
         for q in (50, 95, 99):
             s[f"latencyP{q}Seconds"] = rounded(concurrent.latency(q))
         s["ttftP50Seconds"] = rounded(concurrent.ttft(50))
+        if preset is not None and lab is not None and preset.concurrent_is_lab:
+            _lab_concurrent(ctx, lab, concurrent)
 
         # polled only here: scrapes cost the server's API process CPU (about 5 ms each), which
         # would lower the serial/concurrent numbers above a few percent on a small server

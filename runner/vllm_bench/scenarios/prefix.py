@@ -12,14 +12,23 @@ Sent one at a time, so TTFT is the server's prefill and nothing else:
   hashed as a chain from the start, so a different first block means no hits at all. This is
   why shared prompt parts must be canonical (same content, same order, byte for byte).
 vllm:prefix_cache_hits and vllm:prefix_cache_queries (tokens) are read around each phase.
+
+With --preset lab1, first the lab's own step (phases lab-cold, lab-warm): a prefix-cache reset,
+then its one prompt twice, cold then warm (figures by the lab's definitions in `lab`); the
+phases above then send that same completion-style prompt (the reordered one with its
+paragraphs rotated). A lab without a prefix step gets the synthetic workload.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from vllm_bench.client import BenchError, Request
 from vllm_bench.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, counter_delta
+from vllm_bench.presets import PrefixStep
 from vllm_bench.scenarios.base import (
     Context,
+    LabFigures,
     PhaseResult,
     ScenarioResult,
     empty_counts,
@@ -32,14 +41,54 @@ TAIL_TOKENS = 16
 
 
 def _request(ctx: Context, system: str, i: int) -> Request:
-    """The i-th request of a phase: the preset's i-th question (cycled) or random words."""
+    """The i-th request of a phase. With a preset whose lab has a prefix step: the lab's
+    request (its completion-style prompt: `system` then the lab's user turn, its sampling);
+    otherwise a chat request: `system`, then a question of random words."""
     preset = ctx.preset
-    if preset is not None:
-        question = preset.prefix_questions[i % len(preset.prefix_questions)]
-    else:
-        question = f"Question: {ctx.prompts.words(TAIL_TOKENS)}?"
+    step = preset.prefix if preset else None
+    if step is not None:
+        return ctx.preset_request(system + step.question, step.sampling)
+    question = f"Question: {ctx.prompts.words(TAIL_TOKENS)}?"
     messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
     return ctx.request(messages=messages, max_tokens=OUTPUT_TOKENS)
+
+
+async def _lab_procedure(
+    ctx: Context, result: ScenarioResult, lab: LabFigures, step: PrefixStep
+) -> None:
+    """Lab 1's prefix step as it runs it: reset the prefix cache (where the server offers it
+    and --prefix-cold-method allows it), then its one prompt twice, cold then warm."""
+    reset = False
+    if ctx.config.prefix_cold_method != "unseen-prefix":
+        reset = await ctx.client.reset_prefix_cache()
+    request = ctx.preset_request(step.prompt, step.sampling)
+    cold = await run_requests(ctx, [request], 1, result, "lab-cold")
+    warm = await run_requests(ctx, [request], 1, result, "lab-warm")
+    lab.add("coldAfterReset", reset, "the prefix cache was reset before the cold request")
+    lab.add(
+        "coldSeconds",
+        rounded(cold.wall_seconds),
+        f"the lab's prompt ({step.source}) right after the reset: its wall time",
+        beside="coldTtftP50Seconds",
+    )
+    lab.add(
+        "warmSeconds",
+        rounded(warm.wall_seconds),
+        "the same prompt again, right after: its wall time",
+        beside="warmTtftP50Seconds",
+    )
+    lab.add(
+        "speedup",
+        rounded(cold.wall_seconds / warm.wall_seconds, 3) if warm.wall_seconds > 0 else None,
+        "cold / warm wall time",
+        beside="ttftSpeedup",
+    )
+    lab.add(
+        "sharedPrefixTokens",
+        step.estimated_prefix_tokens,
+        "len(shared_prefix) // 4, the lab's estimate",
+        beside="promptTokens",
+    )
 
 
 async def _cold_method(ctx: Context) -> str:
@@ -91,11 +140,26 @@ async def run(ctx: Context, result: ScenarioResult) -> None:
     cfg = ctx.config
     s = result.summary
     preset = ctx.preset
-    segments = (
-        list(preset.prefix_segments) if preset else ctx.prompts.shared_prefix(cfg.prefix_tokens)
-    )
-    canonical = "\n".join(segments)
+    step = preset.prefix if preset else None
+    join: Callable[[list[str]], str]
+    if step is not None:
+        segments = step.segments()
+        join = step.join
+    else:
+        segments = ctx.prompts.shared_prefix(cfg.prefix_tokens)
+        join = "\n".join
+    canonical = join(segments)
     s["prefixCachingEnabled"] = ctx.cache_config.get("enable_prefix_caching") == "True"
+    if preset is not None:
+        lab = LabFigures(
+            preset,
+            result,
+            None
+            if step
+            else f"{preset.lab} has no prefix-caching step: the runner's synthetic workload",
+        )
+        if step is not None:
+            await _lab_procedure(ctx, result, lab, step)
 
     method = await _cold_method(ctx)
     s["coldMethod"] = method
@@ -124,7 +188,7 @@ async def run(ctx: Context, result: ScenarioResult) -> None:
     # rotations 1..n-1 of the segments: each starts with a different example, none canonical
     rotations = [segments[i:] + segments[:i] for i in range(1, len(segments))]
     reordered_requests = [
-        _request(ctx, "\n".join(rotations[i % len(rotations)]), i)
+        _request(ctx, join(rotations[i % len(rotations)]), i)
         for i in range(min(cfg.prefix_requests, len(rotations)))
     ]
     reordered, reordered_hits, _ = await _counted(
