@@ -20,7 +20,6 @@ condition transitions, so each is posted once.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
@@ -268,9 +267,7 @@ def _pipeline(
     # observe (read-only): the children, the pods, the benchmark history and its Jobs
     # a canary's bake reads Prometheus
     live = live_reader(settings.prometheus_url, settings.scrape_interval)
-    seen = dataclasses.replace(
-        observe(writer, svc, live=live), recorded_rollout=dict(old_status.get("rollout") or {})
-    )
+    seen = observe(writer, svc, live=live, recorded_rollout=old_status.get("rollout") or {})
     if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the
         # service: a no-op, so that no child goes back to an older spec and no run of the

@@ -153,10 +153,11 @@ def _stopped(limits: BakeSpec, bake: Bake) -> str:
 
 
 def ends_at(bake: Bake, seconds: float) -> str:
-    """The time `seconds` after the bake began (its EndpointSlice's creation, the API server's
-    clock), as the status writes times ("": not known). A time, not a countdown: the message
-    and the status stay the same from one reconcile to the next while the figures do, so a
-    baking service's reconcile writes no status unless a figure a user reads changed."""
+    """The time `seconds` after the bake began (when the operator put the canary in the
+    endpoints, on its own clock: status.rollout.bake.startedAt), as the status writes times
+    ("": not known). A time, not a countdown: the message and the status stay the same from
+    one reconcile to the next while the figures do, so a baking service's reconcile writes no
+    status unless a figure a user reads changed."""
     try:
         start = dt.datetime.fromisoformat(bake.started.replace("Z", "+00:00"))
     except ValueError:

@@ -332,7 +332,13 @@ def _baking(
         else:
             judged = None
         if judged is None and observed.bake is None:
+            # its EndpointSlice is written now (or written again, where the bake began and the
+            # slice is gone while the pod serves): the bake begins now, on the operator's
+            # clock, and the status records when (observe reads its age from that record)
+            start = (observed.recorded_rollout.get("bake") or {}).get("startedAt") if began else ""
+            joins = endpoint is not None and bool(start or observed.observed_at)
             return baking(
+                bake=Bake(str(start or observed.observed_at), 0.0) if joins else None,
                 message=f"revision {rev} {passed} on the canary; it joins the Service's "
                 f"endpoints to bake {limits.seconds} s on live traffic beside revision {stable}"
                 if endpoint is not None

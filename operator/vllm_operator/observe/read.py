@@ -38,6 +38,7 @@ from vllm_operator.render.benchmark import (
     CONFIRMATION_KEY,
     MESSAGE_KEY,
     RECORD_COMPONENT,
+    REVISION_ANNOTATION,
     REVISION_LABEL,
     SERVED_BEFORE_KEY,
     SPEC_HASH_KEY,
@@ -123,30 +124,59 @@ def _container_problem(c: dict[str, Any], since: dt.datetime | None) -> str:
     return ""
 
 
-def _after(stamp: str | None, since: dt.datetime) -> bool:
+def _after(at: str | None, since: dt.datetime) -> bool:
+    parsed = _parse(str(at)) if at else None
+    return parsed is not None and parsed >= since
+
+
+def stamp(at: dt.datetime) -> str:
+    """A time as the status writes times (UTC, to the second)."""
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(stamp_: str) -> dt.datetime | None:
     try:
-        return bool(stamp) and dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) >= since
+        return dt.datetime.fromisoformat(stamp_.replace("Z", "+00:00"))
     except ValueError:
-        return False
+        return None
+
+
+def recorded_bake_start(recorded: dict[str, Any], canary: dict[str, Any] | None) -> str:
+    """When the status says the canary's revision began to bake ("": no bake of it recorded):
+    the operator's own record, on its own clock."""
+    revision = ((canary or {}).get("metadata", {}).get("annotations") or {}).get(
+        REVISION_ANNOTATION, ""
+    )
+    started = (recorded.get("bake") or {}).get("startedAt") or ""
+    if not revision or recorded.get("revision") != revision or recorded.get("phase") != "Baking":
+        return ""
+    return str(started) if _parse(str(started)) is not None else ""
 
 
 def _bake(
-    reader: Reader, svc: Service, canary_pods: tuple[dict[str, Any], ...], live: LiveReader | None
+    reader: Reader,
+    svc: Service,
+    canary_pods: tuple[dict[str, Any], ...],
+    live: LiveReader | None,
+    *,
+    now: dt.datetime,
+    recorded_start: str,
 ) -> Bake | None:
     """The canary's bake, while its EndpointSlice puts it in the Service's endpoints: since
-    when, and its live figures against the stable pods' over that window (from Prometheus)."""
+    when, and its live figures against the stable pods' over that window (from Prometheus).
+    One clock for each comparison: the bake's age is the operator's clock since the start the
+    operator recorded on that clock (`recorded_start`; "": none recorded, it begins `now`),
+    never the operator's clock against the API server's; whether the pod changed during the
+    bake compares the pod's stamps with the slice's, both the cluster's."""
     slice_ = reader.get(
         "discovery.k8s.io/v1", "EndpointSlice", svc.namespace, bake_endpoints_name(svc)
     )
     if slice_ is None or not _owned(slice_, svc):
         return None
-    started = slice_["metadata"].get("creationTimestamp", "")
-    since = None
-    try:
-        since = dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
-        elapsed = max(0.0, (dt.datetime.now(dt.UTC) - since).total_seconds())
-    except ValueError:
-        elapsed = 0.0
+    since = _parse(slice_["metadata"].get("creationTimestamp", ""))
+    started = recorded_start or stamp(now)
+    began = _parse(started) or now
+    elapsed = max(0.0, (now - began).total_seconds())
     if live is None:
         return Bake(
             started,
@@ -193,13 +223,21 @@ def _bake(
 
 
 def observe(
-    reader: Reader, svc: Service, *, after_writes: bool = False, live: LiveReader | None = None
+    reader: Reader,
+    svc: Service,
+    *,
+    after_writes: bool = False,
+    live: LiveReader | None = None,
+    recorded_rollout: dict[str, Any] | None = None,
 ) -> Observed:
     """Everything a reconcile decides on, read before anything is written. `after_writes`:
     the second look, after the reconcile's own writes: the Deployment comes from the watch
     cache, which holds what those writes answered (the first look reads it from the API
     server: the generation guard needs the latest). `live`: where a canary's bake reads its
-    live figures (None: no Prometheus configured)."""
+    live figures (None: no Prometheus configured). `recorded_rollout`: status.rollout as the
+    operator last wrote it (its record of a bake that began, and when)."""
+    now = dt.datetime.now(dt.UTC)
+    recorded = dict(recorded_rollout or {})
     deployment = reader.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
     hpa = None
     if svc.spec.autoscaling.enabled:
@@ -251,7 +289,14 @@ def observe(
         and svc.spec.rollout.canary_settings.bake is not None
         and not after_writes
     ):
-        bake = _bake(reader, svc, canary_pods or (), live)
+        bake = _bake(
+            reader,
+            svc,
+            canary_pods or (),
+            live,
+            now=now,
+            recorded_start=recorded_bake_start(recorded, canary),
+        )
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -273,6 +318,8 @@ def observe(
         canary_problems=canary_problems,
         canary_waiting=canary_waiting,
         bake=bake,
+        recorded_rollout=recorded,
+        observed_at=stamp(now),
     )
 
 

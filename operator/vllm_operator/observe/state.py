@@ -67,10 +67,11 @@ class LiveFigures:
 @dataclass(frozen=True)
 class Bake:
     """The canary's bake on live traffic (rollout.canary.bake): it joined the Service's
-    endpoints when its EndpointSlice was created (`started`), `elapsed` seconds ago."""
+    endpoints at `started` (status.rollout.bake.startedAt, which the reconcile that created
+    its EndpointSlice recorded), `elapsed` seconds ago."""
 
-    started: str
-    elapsed: float
+    started: str  # when the operator put it in the endpoints, on the operator's own clock
+    elapsed: float  # the operator's clock since `started` (one clock: never the API server's)
     canary: LiveFigures | None = None
     stable: LiveFigures | None = None
     error: str = ""  # why the figures could not be read ("": read)
@@ -118,6 +119,9 @@ class Observed:
     # status.rollout as the operator last wrote it (its own record: a bake that began, its
     # verdict, outlive the children that carry them, which anyone can delete)
     recorded_rollout: dict[str, Any] = field(default_factory=dict)
+    # when this was read, on the operator's clock (as the status writes times): a bake that
+    # begins now is recorded as beginning then, and its elapsed time is read on the same clock
+    observed_at: str = ""
 
     @property
     def waits_for_room(self) -> bool:

@@ -232,9 +232,12 @@ def _baking(api: FakeApi, bench: dict[str, Any] | None = None) -> str:
 
 
 def _age(api: FakeApi, seconds: float) -> None:
-    """The bake began `seconds` ago (its EndpointSlice's creation)."""
-    then = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
-    api.objects[SLICE]["metadata"]["creationTimestamp"] = then.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The bake began `seconds` ago: as the operator recorded it (status.rollout.bake.startedAt,
+    on its clock), and its EndpointSlice's creation (the cluster's clock, which the pod's own
+    stamps are compared with)."""
+    then = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.objects[SLICE]["metadata"]["creationTimestamp"] = then
+    api.objects[PATH]["status"]["rollout"]["bake"]["startedAt"] = then
 
 
 def test_a_passing_canary_joins_the_endpoints_bakes_and_is_promoted(live: Live) -> None:
@@ -305,6 +308,35 @@ def test_a_passing_canary_joins_the_endpoints_bakes_and_is_promoted(live: Live) 
     assert api.objects[CANARY]["metadata"]["annotations"][BAKE_ANNOTATION].startswith(rev(16))
     assert SLICE not in api.objects
     assert len(live.reads) == reads
+
+
+def test_the_bakes_age_is_read_on_the_operators_clock_alone(live: Live) -> None:
+    """Issue 31 (one clock): the bake's start is what the operator recorded, on its clock, when
+    it wrote the EndpointSlice; the API server's stamp on that slice (an hour behind here, as
+    a skewed clock would put it) does not age the bake. Before, the elapsed time was the
+    operator's now minus the slice's creationTimestamp: this bake would have been promoted
+    at once, an hour old."""
+    api = FakeApi(SETTINGS)
+    _baking(api)
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    reconciled(api)  # the reconcile that writes the slice records when the bake began
+    assert SLICE in api.objects
+    recorded = rollout(api)["bake"]["startedAt"]
+    began = dt.datetime.fromisoformat(recorded.replace("Z", "+00:00"))
+    assert before <= began <= dt.datetime.now(dt.UTC)
+    skewed = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    api.objects[SLICE]["metadata"]["creationTimestamp"] = skewed.strftime("%Y-%m-%dT%H:%M:%SZ")
+    reads = len(live.reads)
+    reconciled(api)
+    assert len(live.reads) > reads  # the figures were read: the bake was judged, and goes on
+    assert rollout(api)["phase"] == "Baking"
+    assert rollout(api)["bake"]["startedAt"] == recorded
+    assert serving_revision(api) == rev(8)
+    # the control: a minute later on the operator's clock, it is promoted
+    _age(api, 61)
+    reconciled(api)
+    assert rollout(api)["phase"] == "Promoting"
+    assert serving_revision(api) == rev(16)
 
 
 def test_a_canary_worse_on_live_traffic_is_aborted_at_once_and_stays_aborted(live: Live) -> None:
