@@ -148,6 +148,7 @@ def _baking(lc: LocalCluster, ns: str, seqs: int, seconds: int, watcher: Watcher
     return wait_for("the canary baking among the endpoints", begun, timeout=1500, every=2)
 
 
+@pytest.mark.timeout(2400)  # (with the module's service start) a bake, a promotion's roll
 def test_the_operator_killed_and_prometheus_hung_mid_bake_then_an_abort_during_promoting(
     real_cluster: LocalCluster, host_operator: OperatorProcess, served: tuple[str, str]
 ) -> None:
@@ -227,6 +228,21 @@ def test_the_operator_killed_and_prometheus_hung_mid_bake_then_an_abort_during_p
     assert client.failures == [], client.failures[:5]
 
 
+def _the_serving_pod(lc: LocalCluster, ns: str) -> dict[str, Any]:
+    """The one serving pod, once an earlier row's rollout has finished rolling (its old pod
+    gone, the new one Ready)."""
+
+    def one() -> Any:
+        pods = items(lc, ns, "pods", SERVER)
+        if len(pods) != 1 or pods[0]["metadata"].get("deletionTimestamp"):
+            return None
+        conditions = pods[0].get("status", {}).get("conditions") or []
+        up = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        return pods[0] if up else None
+
+    return dict(wait_for("one Ready serving pod", one, timeout=600, every=2))
+
+
 def _aborted_after(
     lc: LocalCluster, ns: str, rev: str, fault_at: float, bound: float
 ) -> tuple[dict[str, Any], float]:
@@ -236,11 +252,12 @@ def _aborted_after(
     return aborted["status"], time.monotonic() - fault_at
 
 
+@pytest.mark.timeout(1500)  # a canary's start, its benchmark run, its bake
 def test_a_canary_pod_deleted_mid_bake_fails_its_bake(
     real_cluster: LocalCluster, served: tuple[str, str]
 ) -> None:
     lc, (ns, url) = real_cluster, served
-    (stable_pod,) = items(lc, ns, "pods", SERVER)
+    stable_pod = _the_serving_pod(lc, ns)
     with StreamingClient(url) as client, Watcher(lc, ns) as watcher:
         wait_for("the client's first answers", lambda: client.ok >= 3)
         rollout, pod = _baking(lc, ns, 7, 900, watcher)
@@ -265,11 +282,12 @@ def test_a_canary_pod_deleted_mid_bake_fails_its_bake(
     assert len(client.failures) <= 1, client.failures
 
 
+@pytest.mark.timeout(1500)  # a canary's start, its benchmark run, its bake
 def test_a_canary_that_hangs_mid_bake_fails_its_bake(
     real_cluster: LocalCluster, served: tuple[str, str]
 ) -> None:
     lc, (ns, url) = real_cluster, served
-    (stable_pod,) = items(lc, ns, "pods", SERVER)
+    stable_pod = _the_serving_pod(lc, ns)
     with StreamingClient(url) as client, Watcher(lc, ns) as watcher:
         wait_for("the client's first answers", lambda: client.ok >= 3)
         rollout, pod = _baking(lc, ns, 6, 900, watcher)
