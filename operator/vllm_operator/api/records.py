@@ -8,7 +8,7 @@ observe reads them back into these (observe/read.py history), decide judges and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -27,9 +27,28 @@ class Target:
         return f"http://{host}:{self.port}"
 
 
+# result.json's `headline`: each key the operator reads and the Headline field it is read into.
+# The one list of them: observe's validating model (observe/benchresult.ResultHeadline) is built
+# from it, with the types the status schema declares (HEADLINE_COUNTS are integers, the rest
+# numbers), so a key added here is read, checked and carried in one place.
+HEADLINE_KEYS: dict[str, str] = {
+    "kv_cache_tokens": "kvCacheTokens",
+    "max_concurrency": "maxConcurrencyAtMaxModelLen",
+    "output_tokens_per_second": "outputTokensPerSecond",
+    "batching_speedup": "batchingSpeedup",
+    "prefix_ttft_speedup": "prefixTtftSpeedup",
+    "prefix_hit_rate": "prefixHitRate",
+    "ttft_p50_seconds": "ttftP50Seconds",
+    "ttft_p95_seconds": "ttftP95Seconds",
+    "request_latency_p99_seconds": "requestLatencyP99Seconds",
+}
+HEADLINE_COUNTS = frozenset({"kv_cache_tokens"})
+
+
 @dataclass(frozen=True)
 class Headline:
-    """The numbers the status, the printer columns and the gates use."""
+    """The numbers the status, the printer columns and the gates use (HEADLINE_KEYS: where
+    each is read from)."""
 
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
@@ -44,17 +63,12 @@ class Headline:
     @classmethod
     def from_result(cls, result: dict[str, Any]) -> Headline:
         h = result.get("headline") or {}
-        return cls(
-            kv_cache_tokens=h.get("kvCacheTokens"),
-            max_concurrency=h.get("maxConcurrencyAtMaxModelLen"),
-            output_tokens_per_second=h.get("outputTokensPerSecond"),
-            batching_speedup=h.get("batchingSpeedup"),
-            prefix_ttft_speedup=h.get("prefixTtftSpeedup"),
-            prefix_hit_rate=h.get("prefixHitRate"),
-            ttft_p50_seconds=h.get("ttftP50Seconds"),
-            ttft_p95_seconds=h.get("ttftP95Seconds"),
-            request_latency_p99_seconds=h.get("requestLatencyP99Seconds"),
-        )
+        return cls(**{name: h.get(key) for name, key in HEADLINE_KEYS.items()})
+
+
+# the fields and the key list are one set (checked as the module loads: a field without a key,
+# or a key without a field, is a programming error, not a run's)
+assert set(HEADLINE_KEYS) == {f.name for f in fields(Headline)}, "HEADLINE_KEYS != Headline"
 
 
 @dataclass(frozen=True)

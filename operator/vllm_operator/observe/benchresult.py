@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
 from vllm_operator import GROUP
+from vllm_operator.api.records import HEADLINE_COUNTS, HEADLINE_KEYS
 from vllm_operator.render.benchmark import COMPONENT, MESSAGE_KEY, RESULT_KEY, STATE_KEY
 
 # the CRD's enum of status.benchmark.state (spec.BenchmarkStatus.state)
@@ -42,18 +43,16 @@ class _Part(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel)
 
 
-class ResultHeadline(_Part):
-    """result.json's `headline`: what the gates, the status and the printer columns read."""
-
-    kv_cache_tokens: Count | None = None
-    max_concurrency_at_max_model_len: Number | None = None
-    output_tokens_per_second: Number | None = None
-    batching_speedup: Number | None = None
-    prefix_ttft_speedup: Number | None = None
-    prefix_hit_rate: Number | None = None
-    ttft_p50_seconds: Number | None = None
-    ttft_p95_seconds: Number | None = None
-    request_latency_p99_seconds: Number | None = None
+# result.json's `headline`: what the gates, the status and the printer columns read, built from
+# the one list of its keys (api/records.HEADLINE_KEYS), each typed as the status schema types it
+_HEADLINE_FIELDS: dict[str, Any] = {
+    name: ((Count if name in HEADLINE_COUNTS else Number) | None, Field(default=None, alias=key))
+    for name, key in HEADLINE_KEYS.items()
+}
+if TYPE_CHECKING:  # (a model built at run time: to the type checker, a part like the others)
+    ResultHeadline = _Part
+else:
+    ResultHeadline = create_model("ResultHeadline", __base__=_Part, **_HEADLINE_FIELDS)
 
 
 class ResultLiveLoad(_Part):
