@@ -306,7 +306,7 @@ def _pipeline(
     failed: list[ApplyError] = []
     bench_failed: list[ApplyError] = []
 
-    def status_of(obs: Observed, old: dict[str, Any]) -> dict[str, Any]:
+    def status_from(obs: Observed, old: dict[str, Any]) -> dict[str, Any]:
         bench = _bench_view(svc, plan, obs)
         refused = [Refusal(e.reason, str(e)) for e in failed]
         on_bench = [Refusal(e.reason, str(e)) for e in bench_failed]
@@ -337,7 +337,7 @@ def _pipeline(
         # a run's ConfigMaps, account, Role and Job take seconds to write when many services
         # roll out at once, and a service that serves must not be reported late for them
         now = observe(writer, svc, after_writes=True) if changes else seen
-        reported = status_of(now, old_status)
+        reported = status_from(now, old_status)
         _write_status(writer, meta, old_status, reported)
     try:
         changes += carry_out(writer, svc, settings, plan, seen.runs)
@@ -349,7 +349,7 @@ def _pipeline(
     after = (
         observe(writer, svc, after_writes=True) if changes or plan.writes or bench_failed else seen
     )
-    status = status_of(after, reported)
+    status = status_from(after, reported)
     _write_status(writer, meta, reported, status)
     hpa_conditions = (after.hpa or {}).get("status", {}).get("conditions") or []
     scaling = next((c for c in hpa_conditions if c.get("type") == "ScalingActive"), None)

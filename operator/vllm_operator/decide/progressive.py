@@ -432,7 +432,7 @@ def _canary_pod(svc: Service, run: Run) -> bool:
     return run.target is not None and run.target.pod.startswith(canary_name(svc) + "-")
 
 
-def status_of(rollout: Rollout, svc: Service) -> dict[str, Any] | None:
+def rollout_status(rollout: Rollout, svc: Service) -> dict[str, Any] | None:
     """status.rollout (None: nothing to report)."""
     if not rollout.phase:
         return None
@@ -483,5 +483,5 @@ __all__ = [
     "Rollout",
     "bake_note",
     "progress",
-    "status_of",
+    "rollout_status",
 ]

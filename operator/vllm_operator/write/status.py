@@ -25,7 +25,7 @@ from vllm_operator.decide.progressive import (
     CANARY,
     PROMOTING,
     Rollout,
-    status_of,
+    rollout_status,
 )
 from vllm_operator.observe.state import BenchView, Observed, rolled_out
 from vllm_operator.render.benchmark import REVISION_ANNOTATION
@@ -646,7 +646,7 @@ def compute_status(
                     f"{bench.rollback_refused}",
                 )
             )
-    if rollout is not None and (shown := status_of(rollout, svc)) is not None:
+    if rollout is not None and (shown := rollout_status(rollout, svc)) is not None:
         status["rollout"] = shown
         conds = _canary_conditions(conds, rollout, int(counts.get("availableReplicas") or 0))
     if bench_refused is not None:
