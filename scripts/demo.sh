@@ -71,10 +71,11 @@ cat <<MSG
 demo finished in $(( $(date +%s) - t0 ))s
 What you saw: a revision that failed its gate never served a request (measured twice on its
 canary, outside the Service, then Aborted: Degraded=True, reason CanaryAborted, a Warning
-event); the good one was measured on its canary and promoted; the client streaming through the
-Service never saw a failed request. Next: kubectl describe vllmservice tiny-cpu (the events),
-docs/progressive-delivery.md (the bake on live traffic, rollout.canary.bake, with a Prometheus
-the operator can reach), kubectl annotate vllmservice tiny-cpu
+event); the good one was measured on its canary, baked a minute on live traffic beside the
+stable pod (status.rollout.bake: its live figures against the stable pod's), and promoted; the
+client streaming through the Service never saw a failed request. Next: kubectl describe
+vllmservice tiny-cpu (the events), docs/progressive-delivery.md (the bake's limits,
+rollout.canary.bake, and what the operator does when a bake goes wrong), kubectl annotate vllmservice tiny-cpu
 serving.vllm-operator.dev/abort=<revision> (abort a canary by hand).
 Use the cluster:  $($PY -m vllm_localenv env)
 Logs:             .state/cluster/logs/ (kubelet.log, containerd.log, ...); kubectl logs works too
