@@ -120,7 +120,8 @@ def render_children(
     live_replicas: int | None,
     *,
     monitoring: bool = False,
-    restored: Service | None = None,
+    own: dict[str, Any] | None = None,
+    serving: dict[str, Any] | None = None,
     live_held: str | None = None,
     live_since: str | None = None,
     now: str | None = None,
@@ -129,17 +130,19 @@ def render_children(
     no_room_for_surge: str = "",
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
-    `restored`: during a rollback, the service as recorded for the revision rolled back to, or
-    while a canary is measured, the spec the serving pods run: only the pod template (what
-    defines a revision) comes from it; everything else (replicas, autoscaling, PDB, rollout
-    strategy, the Service, monitoring) from the current spec. `rollout`: the canary's part
+    `own`: the spec's pod template (what its canary runs), rendered once by the caller (None:
+    rendered here). `serving`: the serving pods' template where it is another spec's (during
+    a rollback, the spec recorded for the revision rolled back to; while a canary is
+    measured, the spec the serving pods run): only the pod template (what defines a revision)
+    comes from it; everything else (replicas, autoscaling, PDB, rollout strategy, the
+    Service, monitoring) from the current spec. `rollout`: the canary's part
     (progressive.progress): the canary Deployment, one serving pod fewer for it."""
-    template = render_pod_template(restored, settings) if restored is not None else None
+    own = own if own is not None else render_pod_template(svc, settings)
     deployment = render_deployment(
         svc,
         settings,
         live_replicas,
-        template=template,
+        template=serving if serving is not None else own,
         live_held=live_held,
         live_since=live_since,
         now=now,
@@ -148,7 +151,7 @@ def render_children(
     )
     canary = []
     if rollout is not None and rollout.canary_replicas is not None:
-        manifest = render_canary(svc, settings)
+        manifest = render_canary(svc, settings, own)
         manifest["spec"]["replicas"] = rollout.canary_replicas
         if rollout.bake_note:  # the bake's verdict outlives its EndpointSlice
             manifest["metadata"]["annotations"][BAKE_ANNOTATION] = rollout.bake_note
@@ -170,15 +173,15 @@ def render_children(
     )
 
 
-def served_spec(served: Service, seen: Observed, settings: OperatorSettings) -> str:
-    """The served-spec annotation for a Deployment whose template is rendered from `served`:
-    the live one where it renders the same pod template (a spec change that leaves the
-    template alone, such as the thresholds or monitoring, writes nothing to the Deployment),
-    else `served`'s spec."""
+def served_spec(
+    served: Service, template: dict[str, Any], seen: Observed, settings: OperatorSettings
+) -> str:
+    """The served-spec annotation for a Deployment whose template (`template`) is rendered
+    from `served`: the live one where it renders the same pod template (a spec change that
+    leaves the template alone, such as the thresholds or monitoring, writes nothing to the
+    Deployment), else `served`'s spec."""
     held = held_spec(served, seen)
-    if held is not None and render_pod_template(held, settings) == render_pod_template(
-        served, settings
-    ):
+    if held is not None and render_pod_template(held, settings) == template:
         return seen.served_spec
     return served.spec.model_dump_json(by_alias=True, exclude_none=True)
 
@@ -273,18 +276,26 @@ def _pipeline(
         # service: a no-op, so that no child goes back to an older spec and no run of the
         # newer revision is superseded by the older one's
         return Outcome(stale=True)
+    # the spec's pod template, rendered once: its revision is what decide() measures, what
+    # the canary runs and what the status names
+    own = render_pod_template(svc, settings)
+    rev = revision(own)
     # decide (pure): start, stop, judge, roll back, prune; and the one pod each run measures
-    plan = aim(svc, seen, decide(svc, seen, settings))
+    plan = aim(svc, seen, decide(svc, seen, settings, rev=rev))
     # the canary (rollout.canary): a new revision measured before it serves
     plan, rollout = progress(svc, seen, plan)
-    # render (pure): the children, with the pod template of a rollback's target if any
+    # render (pure): the children, with the pod template of a rollback's target (or of what
+    # the serving pods stay at while a canary is measured) if any
+    served_from = plan.restored or rollout.hold or svc
+    serving = own if served_from is svc else render_pod_template(served_from, settings)
     live_annotations = (seen.deployment or {}).get("metadata", {}).get("annotations") or {}
     rendered = render_children(
         svc,
         settings,
         (seen.deployment or {}).get("spec", {}).get("replicas"),
         monitoring=seen.monitoring_crds,
-        restored=plan.restored or rollout.hold,
+        own=own,
+        serving=serving,
         live_held=live_annotations.get(REPLICAS_HELD_ANNOTATION),
         live_since=live_annotations.get(REPLICAS_HELD_SINCE_ANNOTATION),
         now=_now(),
@@ -292,12 +303,12 @@ def _pipeline(
         rollout=rollout,
         no_room_for_surge=surge_refused(
             svc,
-            revision(render_pod_template(plan.restored or rollout.hold or svc, settings)),
+            revision(serving),
             seen.deployment,
             seen.waits_for_room and not rolled_out(seen.deployment or {"metadata": {}}),
         ),
     )
-    served = served_spec(plan.restored or rollout.hold or svc, seen, settings)
+    served = served_spec(served_from, serving, seen, settings)
     desired = [with_revision(m, seen.deployment, served) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}
 
@@ -322,7 +333,7 @@ def _pipeline(
             revision=plan.restored_as
             or plan.rolled_back_to
             or (obs.deployment_revision if rollout.hold is not None else "")
-            or revision(render_pod_template(svc, settings)),
+            or rev,
             rollout=rollout,
             monitoring_crds=seen.monitoring_crds,
             refused=tuple(refused),

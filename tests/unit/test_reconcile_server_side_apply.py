@@ -7,6 +7,7 @@ tests/integration.)"""
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import pytest
@@ -246,3 +247,33 @@ def test_strings_shaped_like_huge_numbers_are_strings_everywhere_a_user_writes_o
     writes = writes_of_a_resync(api)
     assert ("PATCH", DEP) in writes, writes
     assert {"name": "HUGE", "value": "9e999999999998"} in container(api)["env"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"benchmark": {"enabled": True, "thresholds": {"minOutputTokensPerSecond": 1}}}],
+    ids=["plain", "benchmark-gated"],
+)
+def test_a_resync_renders_the_pod_template_once(
+    spec: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: the spec's pod template is rendered once per reconcile and handed on (its
+    revision to decide(), the template to the Deployment and the canary, the revision to the
+    status); the one more render compares the spec the live Deployment was rendered from
+    (served_spec). It was 6 before: every stage rendered its own."""
+    import vllm_operator.render.deployment as deployment  # noqa: PLC0415
+
+    api = settled(spec)
+    calls: list[str] = []
+    original = deployment.render_pod_template
+
+    def counting(svc: Any, settings: OperatorSettings) -> dict[str, Any]:
+        calls.append(svc.name)
+        return original(svc, settings)
+
+    # every module that imported it (the count stays true when a new stage imports it)
+    for module in list(sys.modules.values()):
+        if getattr(module, "render_pod_template", None) is original:
+            monkeypatch.setattr(module, "render_pod_template", counting)
+    assert writes_of_a_resync(api) == []  # a no-op resync
+    assert calls == ["minimal", "minimal"], calls

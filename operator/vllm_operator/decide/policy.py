@@ -338,8 +338,12 @@ def _judge(  # noqa: PLR0917 (one decision's six inputs)
     return verdict, runs, Record(name, rev, data)
 
 
-def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan:
-    """The benchmark lifecycle of one reconcile, from what observe() read.
+def decide(
+    svc: Service, observed: Observed, settings: OperatorSettings, rev: str | None = None
+) -> Plan:
+    """The benchmark lifecycle of one reconcile, from what observe() read. `rev`: the spec's
+    revision where the caller rendered its pod template already (reconcile does, once per
+    reconcile; None: rendered here).
 
     The spec's revision is its pod template as this operator renders it. Where that has no
     run yet but the same spec was measured under an earlier rendering (an operator upgrade
@@ -350,7 +354,7 @@ def decide(svc: Service, observed: Observed, settings: OperatorSettings) -> Plan
     bench = svc.spec.benchmark
     if not bench.enabled:
         return Plan()
-    rev = revision(render_pod_template(svc, settings))
+    rev = rev if rev is not None else revision(render_pod_template(svc, settings))
     plan = _decide(svc, observed, settings, rev)
     if bench.on_failure != "Rollback" or any(r.name == plan.run for r in observed.runs):
         return plan

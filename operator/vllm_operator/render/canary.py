@@ -47,10 +47,14 @@ def canary_template(template: dict[str, Any], svc: Service) -> dict[str, Any]:
     return out
 
 
-def render_canary(svc: Service, settings: OperatorSettings) -> dict[str, Any]:
+def render_canary(
+    svc: Service, settings: OperatorSettings, template: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The canary Deployment of the spec's revision: one replica, Recreate (a newer canary
-    frees the GPU of the older before it starts), annotated with the serving revision."""
-    template = render_pod_template(svc, settings)
+    frees the GPU of the older before it starts), annotated with the serving revision.
+    `template`: the spec's pod template where the caller rendered it already (None: rendered
+    here)."""
+    template = template if template is not None else render_pod_template(svc, settings)
     meta_labels = {**labels(svc, COMPONENT), INSTANCE: canary_name(svc)}
     return {
         "apiVersion": "apps/v1",
