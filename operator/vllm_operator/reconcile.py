@@ -58,6 +58,16 @@ from vllm_operator.render.deployment import (
 )
 from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
+from vllm_operator.status import compute_status
+from vllm_operator.status.benchmark import CONFIRMING
+from vllm_operator.status.failures import (
+    REFUSALS,
+    Refusal,
+    apply_failed_status,
+    invalid_spec_status,
+    read_failed_status,
+)
+from vllm_operator.status.prose import rendering_changed
 from vllm_operator.write.apply import (
     MONITORING_PRUNABLE,
     PRUNABLE,
@@ -68,16 +78,6 @@ from vllm_operator.write.apply import (
     Writer,
 )
 from vllm_operator.write.benchmark_runs import carry_out
-from vllm_operator.write.status import (
-    CONFIRMING,
-    REFUSALS,
-    Refusal,
-    apply_failed_status,
-    compute_status,
-    invalid_spec_status,
-    read_failed_status,
-    rendering_changed,
-)
 
 __all__ = ["Event", "Outcome", "describe", "reconcile", "render_children", "restorable"]
 

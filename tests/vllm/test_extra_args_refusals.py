@@ -1,4 +1,4 @@
-"""The extraArgs rules (spec.owned_flag, and the CRD's CEL rules that mirror it) against the
+"""The extraArgs rules (cel.owned_flag, and the CRD's CEL rules that mirror it) against the
 pinned vLLM's own parser: every spelling that reaches an operator-owned setting is refused,
 and nothing vLLM reads as another setting is.
 
@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from vllm_localenv.vllm_server import DEFAULT_VENV, _python
-from vllm_operator.api.spec import DENIED_LONG_ARGS, OWNED_ARGS, Service, owned_flag
+from vllm_operator.api.cel import DENIED_LONG_ARGS, OWNED_ARGS, owned_flag
+from vllm_operator.api.spec import Service
 from vllm_operator.render.deployment import server_args
 
 pytestmark = pytest.mark.vllm

@@ -32,14 +32,8 @@ import yaml
 
 from tests.unit.builders import SAMPLES, deep_merge
 from vllm_localenv.vllm_server import DEFAULT_VENV, _python, free_port
-from vllm_operator.api.spec import (
-    BLOCK_SIZES,
-    OWNED_ARGS,
-    EngineSpec,
-    Service,
-    VLLMServiceSpec,
-    owned_flag,
-)
+from vllm_operator.api.cel import OWNED_ARGS, owned_flag
+from vllm_operator.api.spec import BLOCK_SIZES, EngineSpec, Service, VLLMServiceSpec
 from vllm_operator.render.deployment import server_args
 
 pytestmark = pytest.mark.vllm

@@ -4,81 +4,35 @@ These models are the single source of truth: the CRD's openAPIV3Schema is genera
 (generate/crd.py), the API server enforces the ranges, enums and CEL rules declared here, and the
 operator parses every custom resource into them at the handler edge. Field descriptions are
 what `kubectl explain vllmservice.spec...` shows.
+
+Beside them: api/cel.py (the CEL rules that stand alone: the passthrough arguments' rules),
+api/quantity.py (resource quantities), api/unknown_fields.py (the version-skew filter at the
+handler edge) and api/status_schema.py (the status's schema).
 """
 
 from __future__ import annotations
 
 import math
-import re
-import typing
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 from pydantic.alias_generators import to_camel
 
 from vllm_operator.api import alertnames
+from vllm_operator.api.cel import (
+    _DENIED_CEL,
+    _RUNNER_CEL,
+    NEGATIVE_NUMBER,
+    OWNED_ARGS,
+    OWNED_RUNNER_ARGS,
+    cel,
+    owned_flag,
+    owned_runner_flag,
+)
+from vllm_operator.api.quantity import Quantity, parse_quantity
+from vllm_operator.api.unknown_fields import known_fields
 
-# Arguments the operator renders itself; the passthrough must not set them.
-OWNED_ARGS: tuple[str, ...] = (
-    "--host",
-    "--port",
-    "--model",
-    "--served-model-name",
-    "--revision",
-    "--tensor-parallel-size",
-    "--max-model-len",
-    "--gpu-memory-utilization",
-    "--device-memory-utilization",  # vLLM's alias of --gpu-memory-utilization
-    "--kv-cache-memory-bytes",
-    "--block-size",
-    "--max-num-seqs",
-    "--dtype",
-    "--quantization",
-    "--kv-cache-dtype",
-    "--enforce-eager",
-    "--no-enforce-eager",
-    "--enable-log-requests",
-    "--no-enable-log-requests",
-    "--enable-prefix-caching",
-    "--no-enable-prefix-caching",
-    "--speculative-config",
-    "--shutdown-timeout",
-    "--api-key",
-    "--download-dir",
-    "-tp",  # vLLM's short forms of --tensor-parallel-size, --quantization, --speculative-config
-    "-q",
-    "-sc",
-)
-_OWNED_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_ARGS) + "]"
-# Long flags extraArgs may neither name nor abbreviate (argparse reads a unique prefix of a
-# long flag as that flag): the owned ones, their --no- negations (vLLM's boolean flags are
-# argparse BooleanOptionalActions), --config (a YAML file of arguments, which could set any
-# of them) and --uds (serve on a socket, not on the port the probes and the Service use).
-DENIED_LONG_ARGS: tuple[str, ...] = tuple(
-    dict.fromkeys(
-        [a for a in OWNED_ARGS if a.startswith("--")]
-        + [f"--no-{a[2:]}" for a in OWNED_ARGS if a.startswith("--") and a[:5] != "--no-"]
-        + ["--config", "--uds"]
-    )
-)
-_DENIED_CEL = "[" + ", ".join(f"'{o}'" for o in DENIED_LONG_ARGS) + "]"
-# Runner (vllm-bench run) flags the operator sets on the benchmark Job: where the load and the
-# service's API key go, what is measured, where the result is written, the time budget.
-# benchmark.args may neither name nor abbreviate them (argparse reads a unique prefix of a long
-# flag as that flag); render/benchmark.py also places the operator's own flags last.
-OWNED_RUNNER_ARGS: tuple[str, ...] = (
-    "--url",
-    "--model",
-    "--scenarios",
-    "--out",
-    "--max-duration-seconds",
-    "--api-key",
-)
-_RUNNER_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_RUNNER_ARGS) + "]"
-# a value that starts with a dash, which argparse reads as a value, not an option
-NEGATIVE_NUMBER = r"^-([0-9]+|[0-9]*[.][0-9]+)$"
 # Environment variables the Deployment renderer sets itself (render/deployment.py _env; a
 # unit test checks this list against what it renders): a user entry with one of these names
 # would duplicate it, which server-side apply refuses ("duplicate entries for key").
@@ -103,16 +57,6 @@ BLOCK_SIZES = (8, 16, 32, 64, 128)
 VALUE_FROM_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef")
 MODEL_PVC_MOUNT = "/models"
 MAX_NAME_LENGTH = 42  # "<name>-bench-<revision hash 8>" and pod names stay within 63
-# "A resource quantity": the API server's own syntax, checked again by CEL's quantity().
-# The API server's own quantity syntax (resource.Quantity), without a sign: no child takes a
-# negative size, and "1.2.3" or "-8Gi" would pass the schema only to fail on the Deployment.
-# Kubernetes' quantity pattern, with the decimal exponent bounded to two digits (a quantity
-# holds at most 2^63-1, about 9.2e18: no real one needs more; "9e999999999999" is refused by
-# the API server instead of being computed)
-QUANTITY_PATTERN = (
-    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$"
-)
 
 # vLLM's CPU attention takes KV-cache blocks of a multiple of 32 tokens only
 # (vllm/v1/attention/backends/cpu_attn.py: MultipleOf(32)); 8 and 16 fail at start-up
@@ -120,62 +64,7 @@ CPU_BLOCK_SIZE_MULTIPLE = 32
 # On CPU without engine.kvCacheMemory: this share of resources.memory holds the KV cache
 CPU_KV_CACHE_SHARE_OF_MEMORY = 4  # a quarter; the rest is for weights and the runtime
 
-Quantity = Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
-
-_QUANTITY_SUFFIXES: dict[str, Fraction] = {
-    **{s: Fraction(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-    **{s: Fraction(1000) ** (i + 1) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))},
-    "": Fraction(1),
-    "m": Fraction(1, 1000),
-    "u": Fraction(1, 1000**2),
-    "n": Fraction(1, 1000**3),
-}
-_QUANTITY_RE = re.compile(
-    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$"
-)
-
-
-# The bounds of the parser: a quantity's text is at most this long, and its decimal exponent at
-# most this large either way. Kubernetes' own quantities hold at most 2^63-1 (about 9.2e18)
-# of their unit and round anything non-zero below 1n up to 1n; these bounds are far beyond
-# that, and keep the exact arithmetic cheap: "7e65125782" would otherwise be computed as a
-# 65-million-digit number (minutes of one CPU, every service of the cluster stalled).
-QUANTITY_MAX_LENGTH = 64
-QUANTITY_MAX_EXPONENT = 99
-
-
-def parse_quantity(value: str) -> Fraction:
-    """A Kubernetes resource quantity ("1Gi", "500M", "1.5", "2e3") as an exact number; what
-    CEL's quantity() reads, for the pydantic mirrors of rules that compare quantities.
-    Bounded: a text longer than QUANTITY_MAX_LENGTH or a decimal exponent beyond
-    ±QUANTITY_MAX_EXPONENT is refused (ValueError) before any arithmetic."""
-    if len(value) > QUANTITY_MAX_LENGTH:
-        raise ValueError(
-            f"{value[:QUANTITY_MAX_LENGTH]!r}... is not a resource quantity: longer than "
-            f"{QUANTITY_MAX_LENGTH} characters"
-        )
-    match = _QUANTITY_RE.match(value)
-    if match is None or (match.group(3) or "") not in _QUANTITY_SUFFIXES:
-        raise ValueError(f"{value!r} is not a resource quantity")
-    number = Fraction(match.group(1))
-    if match.group(2):
-        exponent = int(match.group(2)[1:])
-        if abs(exponent) > QUANTITY_MAX_EXPONENT:
-            raise ValueError(
-                f"{value!r} is out of the range of a resource quantity: its exponent is "
-                f"beyond ±{QUANTITY_MAX_EXPONENT} (Kubernetes holds at most 2^63-1)"
-            )
-        return number * Fraction(10) ** exponent
-    return number * _QUANTITY_SUFFIXES[match.group(3) or ""]
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, JsonValue]:
-    """One x-kubernetes-validations entry (a CEL rule the API server evaluates)."""
-    out: dict[str, JsonValue] = {"rule": rule, "message": message}
-    if field_path:
-        out["fieldPath"] = field_path
-    return out
 
 
 class _Model(BaseModel):
@@ -394,39 +283,6 @@ class EngineSpec(_Model):
             if not positive:
                 raise ValueError("engine.kvCacheMemory must be a positive quantity, e.g. 4Gi")
         return self
-
-
-def owned_flag(arg: str) -> str | None:
-    """The operator-owned flag `arg` sets, read as vLLM's parser reads it, or None.
-
-    vLLM reads underscores as dashes (--max_model_len), `--flag.key value` as one key of a JSON
-    flag (--speculative-config.method), and, like every argparse parser, an unambiguous prefix
-    of a long flag as that flag (--max-model 100 sets --max-model-len). A prefix of an owned
-    flag is refused even when it is ambiguous: vLLM would refuse it too. tests/vllm checks
-    against the pinned vLLM's parser that no flag of its own is such a prefix.
-
-    Every short option is refused (returned as it is): argparse reads `-qfp8` as `-q fp8`
-    and a prefix of a single-dash option too, and every vLLM short option has a long form.
-    A value starting with a dash (a negative number) is not an option.
-    """
-    if arg.startswith("-") and not arg.startswith("--"):
-        return None if re.match(NEGATIVE_NUMBER, arg) else arg
-    if not arg.startswith("--"):
-        return None
-    key = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-    return next((denied for denied in DENIED_LONG_ARGS if denied.startswith(key)), None)
-
-
-def owned_runner_flag(arg: str) -> str | None:
-    """The operator-owned runner flag `arg` sets, read as the runner's argparse reads it, or
-    None: a long flag or a prefix of one (`--ur=x`, `--` alone), before any `=`; every short
-    option (the runner has none but -h; argparse would try prefixes) unless a negative number."""
-    if arg.startswith("-") and not arg.startswith("--"):
-        return None if re.match(NEGATIVE_NUMBER, arg) else arg
-    if not arg.startswith("--"):
-        return None
-    key = arg.split("=", 1)[0]
-    return next((owned for owned in OWNED_RUNNER_ARGS if owned.startswith(key)), None)
 
 
 class ResourceSpec(_Model):
@@ -1170,40 +1026,6 @@ class VLLMServiceSpec(_Model):
         return math.ceil(self.probes.startup_timeout_seconds / self.probes.period_seconds)
 
 
-def _models_in(annotation: object) -> list[type[BaseModel]]:
-    """The pydantic models an annotation can hold (X, X | None, list[X], dict[str, X])."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
-
-
-def known_fields(model: type[BaseModel], data: object) -> object:
-    """`data` without the keys `model` does not know, recursively.
-
-    At the handler edge the API server has already validated the object against the installed
-    CRD, which may be newer than this operator (during an upgrade, or after an operator
-    rollback): a field added by the next release, and defaulted by its CRD, then reaches this
-    operator, and extra="forbid" would turn every service InvalidSpec (docs/versioning.md).
-    The models themselves stay strict, for every other caller."""
-    if not isinstance(data, Mapping):
-        return data
-    fields = {(f.alias or n): f for n, f in model.model_fields.items()}
-    fields.update(dict(model.model_fields.items()))
-    out: dict[str, object] = {}
-    for key, value in data.items():
-        field = fields.get(key)
-        if field is None:
-            continue
-        nested = _models_in(field.annotation)
-        if len(nested) == 1 and isinstance(value, Mapping):
-            out[key] = known_fields(nested[0], value)
-        elif len(nested) == 1 and isinstance(value, list):
-            out[key] = [known_fields(nested[0], v) for v in value]
-        else:
-            out[key] = value
-    return out
-
-
 class Service(_Model):
     """A parsed VLLMService: the parts of the object the operator works with."""
 
@@ -1236,205 +1058,3 @@ class Service(_Model):
             promote=(meta.get("annotations") or {}).get(PROMOTE_ANNOTATION) or None,
             abort=(meta.get("annotations") or {}).get(ABORT_ANNOTATION) or None,
         )
-
-
-# ---- status (written by the operator; its schema goes into the CRD too) ------------------
-
-
-class Condition(_Model):
-    """A metav1.Condition."""
-
-    type: str = Field(max_length=316, description="Condition type, e.g. Ready.")
-    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(max_length=1024, description="CamelCase reason.")
-    message: str = Field(default="", max_length=32_768, description="What a person can do.")
-    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="Generation the condition is about."
-    )
-
-
-class BenchmarkLiveLoadStatus(_Model):
-    """Load on the measured pod that was not the benchmark's, seen during the run (the
-    result's liveLoad; the full figures per scenario are in the result ConfigMap)."""
-
-    foreign_requests: int | None = Field(
-        default=None, description="Requests the pod finished for other clients during the run."
-    )
-    peak_foreign_in_flight: float | None = Field(
-        default=None, description="Most requests of other clients running or waiting at once."
-    )
-    quiet: bool | None = Field(
-        default=None, description="True: the pod served the benchmark alone during the run."
-    )
-
-
-class BenchmarkStatus(_Model):
-    """The latest benchmark run (of the revision the spec asks for)."""
-
-    revision: str | None = Field(default=None, description="Pod-template revision measured.")
-    job: str | None = Field(default=None, description="The benchmark Job.")
-    target_pod: str | None = Field(
-        default=None, description="The one pod measured: the oldest Ready pod of the revision."
-    )
-    target_pod_ip: str | None = Field(
-        default=None, alias="targetPodIP", description="Its IP, the runner's --url."
-    )
-    live_load: BenchmarkLiveLoadStatus | None = Field(
-        default=None, description="Load of other clients on the measured pod during the run."
-    )
-    state: Literal["Running", "Complete", "Failed"] | None = Field(
-        default=None, description="Running, Complete or Failed."
-    )
-    completed_at: str | None = Field(default=None, description="When the result was written.")
-    result: str | None = Field(default=None, description="ConfigMap holding the full result.")
-    kv_cache_tokens: int | None = Field(default=None, description="KV-cache capacity (tokens).")
-    max_concurrency: float | None = Field(
-        default=None, description="Sequences that fit at max-model-len."
-    )
-    output_tokens_per_second: float | None = Field(
-        default=None, description="Output throughput under concurrent load."
-    )
-    batching_speedup: float | None = Field(default=None, description="Concurrent over serial.")
-    prefix_ttft_speedup: float | None = Field(default=None, description="Cold over warm TTFT.")
-    prefix_hit_rate: float | None = Field(default=None, description="Prefix-cache hit rate.")
-    ttft_p50_seconds: float | None = Field(default=None, description="TTFT p50 (s).")
-    ttft_p95_seconds: float | None = Field(default=None, description="TTFT p95 (s).")
-    request_latency_p99_seconds: float | None = Field(
-        default=None,
-        description="Request latency p99 under concurrent load (s): what a stopping pod's "
-        "drain (shutdownTimeoutSeconds) must cover; BenchmarkComplete says when it does not.",
-    )
-    passed: bool | None = Field(default=None, description="All thresholds met (when set).")
-    failures: list[str] = Field(default_factory=list, description="Thresholds not met.")
-    rolled_back_to: str | None = Field(
-        default=None, description="Revision restored because this one failed its gates."
-    )
-    rendered_as: str | None = Field(
-        default=None,
-        description="During a rollback: the spec's revision as this operator renders it, where "
-        "that is not `revision` (an operator upgrade or one of its settings changed how pod "
-        "templates render): the spec is still the one that failed as `revision`, so the "
-        "rollback stays in force.",
-    )
-    restored_as: str | None = Field(
-        default=None,
-        description="During a rollback: the revision rolledBackTo's recorded spec renders as "
-        "with this operator (what runs), where that is not rolledBackTo.",
-    )
-
-
-class BakeStatus(_Model):
-    """The canary's live figures against the stable pods', as Prometheus reads them."""
-
-    started_at: str | None = Field(default=None, description="When the canary joined.")
-    ends_at: str | None = Field(
-        default=None, description="When the bake's window ends (startedAt + bake.seconds)."
-    )
-    seconds: int | None = Field(
-        default=None,
-        description="Not written since endsAt (a count of seconds so far changed the status on "
-        "every reconcile); kept in the schema for statuses an earlier operator wrote.",
-    )
-    verdict: Literal["Passed", "Failed", "Inconclusive", "Skipped"] | None = Field(
-        default=None,
-        description="The bake's outcome, once decided (Skipped: the canary would have taken "
-        "more than bake.maxTrafficShare of live traffic; promoted on its benchmark alone).",
-    )
-    canary_requests: float | None = Field(
-        default=None, description="Requests the canary answered in the window."
-    )
-    canary_ttft_p99_seconds: float | None = Field(default=None, description="Canary TTFT p99.")
-    stable_ttft_p99_seconds: float | None = Field(default=None, description="Stable TTFT p99.")
-    canary_inter_token_p99_seconds: float | None = Field(
-        default=None, description="Canary inter-token latency p99."
-    )
-    stable_inter_token_p99_seconds: float | None = Field(
-        default=None, description="Stable inter-token latency p99."
-    )
-    canary_error_rate: float | None = Field(default=None, description="Canary 5xx share.")
-    stable_error_rate: float | None = Field(default=None, description="Stable 5xx share.")
-
-
-class RolloutStatus(_Model):
-    """A new revision on its way to serving (rollout.canary)."""
-
-    phase: Literal["Canary", "Baking", "Promoting", "Promoted", "Aborted"] = Field(
-        description="Canary: one pod of the new revision, outside the Service, is measured; "
-        "Baking: it passed and serves live traffic beside the stable pods (rollout.canary.bake), "
-        "compared with them; "
-        "Promoting: it passed (or was promoted by hand) and the serving pods roll to it; "
-        "Promoted: every serving pod runs it; Aborted: it failed its gates or was aborted by "
-        "hand, and the stable revision kept serving.",
-    )
-    revision: str = Field(description="The new revision.")
-    stable_revision: str | None = Field(
-        default=None, description="The revision that serves while the canary is measured."
-    )
-    canary: str | None = Field(default=None, description="The canary Deployment.")
-    bake: BakeStatus | None = Field(
-        default=None, description="The bake on live traffic (rollout.canary.bake)."
-    )
-    message: str = Field(default="", max_length=32_768, description="Why, in words.")
-
-
-class AutoscalingStatus(_Model):
-    """The HorizontalPodAutoscaler as its controller last reported it."""
-
-    horizontal_pod_autoscaler: str | None = Field(default=None, description="The HPA's name.")
-    current_replicas: int | None = Field(default=None, description="Replicas the HPA saw.")
-    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants.")
-    metric: str | None = Field(default=None, description="The pods metric the HPA targets.")
-    current_average_value: str | None = Field(
-        default=None,
-        description="The metric's current per-pod value as the HPA read it (a quantity); "
-        "absent while the HPA cannot get it (see the AutoscalingActive condition).",
-    )
-    target_average_value: str | None = Field(
-        default=None, description="The per-pod target (autoscaling.targetQueueDepth)."
-    )
-    last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
-    held_replicas: int | None = Field(
-        default=None,
-        description="Autoscaling is off and the Deployment still runs the count the autoscaler "
-        "chose (see the AutoscalingActive condition, reason ReplicasHeld).",
-    )
-    held_since: str | None = Field(default=None, description="When the hold began.")
-    held_until: str | None = Field(
-        default=None,
-        description="When spec.replicas applies (the operator's replicasHoldSeconds after "
-        "heldSince); at once with the release-replicas-hold annotation.",
-    )
-
-
-class VLLMServiceStatus(_Model):
-    """Observed state, written by the operator."""
-
-    observed_generation: int | None = Field(default=None, description="Last generation acted on.")
-    replicas: int | None = Field(default=None, description="Pods of the Deployment now.")
-    desired_replicas: int | None = Field(
-        default=None, description="Replicas the Deployment wants (the spec, or the HPA's choice)."
-    )
-    ready_replicas: int | None = Field(default=None, description="Ready pods.")
-    updated_replicas: int | None = Field(default=None, description="Pods of the current revision.")
-    available_replicas: int | None = Field(default=None, description="Available pods.")
-    selector: str | None = Field(
-        default=None, description="Label selector of the pods (for the scale subresource)."
-    )
-    endpoint: str | None = Field(default=None, description="In-cluster OpenAI base URL.")
-    model: str | None = Field(default=None, description="The served model name.")
-    revision: str | None = Field(default=None, description="Pod-template revision running.")
-    benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
-    rollout: RolloutStatus | None = Field(
-        default=None, description="The last revision rolled out through a canary."
-    )
-    autoscaling: AutoscalingStatus | None = Field(
-        default=None, description="The autoscaler's state (when autoscaling is enabled)."
-    )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready (serving), Progressing, Degraded, ChildrenSynced (every child "
-        "written; else the object refused, or a read failed), BenchmarkComplete, "
-        "BenchmarkPassed, AutoscalingActive (the HPA's ScalingActive), Monitoring.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )

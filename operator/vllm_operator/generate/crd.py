@@ -1,4 +1,4 @@
-"""Generates the VLLMService CRD from the pydantic models in api/spec.py.
+"""Generates the VLLMService CRD from the pydantic models in api/spec.py and api/status_schema.py.
 
 `python -m vllm_operator.generate.crd` writes crds/vllmservices.yaml (and the chart's copy);
 CI regenerates it and fails when the committed file drifts.
@@ -21,13 +21,9 @@ import yaml
 from pydantic import BaseModel
 
 from vllm_operator import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from vllm_operator.api.spec import (
-    DNS_LABEL,
-    MAX_NAME_LENGTH,
-    VLLMServiceSpec,
-    VLLMServiceStatus,
-    cel,
-)
+from vllm_operator.api.cel import cel
+from vllm_operator.api.spec import DNS_LABEL, MAX_NAME_LENGTH, VLLMServiceSpec
+from vllm_operator.api.status_schema import VLLMServiceStatus
 
 Schema = dict[str, Any]
 _KEEP = {

@@ -6,7 +6,7 @@ What the benchmark pod writes is input, like a spec: a headline value that is no
 would crash the gates (the decision step, before anything is applied: a frozen status and no
 Event), and a state outside the CRD's enum, or a number of the wrong type, would make every
 status write fail with 422. So the keys the operator reads are checked here, once, against
-the types the status schema (spec.BenchmarkStatus) declares: an invalid ConfigMap becomes a
+the types the status schema (status_schema.BenchmarkStatus) declares: an invalid ConfigMap becomes a
 Failed run whose message names the key and the bad value (`InvalidResult: ...`), reported
 as BenchmarkFailed with a Warning Event, never an exception. Keys the operator does not read
 (the scenarios, raw samples, keys of a newer runner) are not checked: result.json stays the
@@ -26,7 +26,7 @@ from vllm_operator import GROUP
 from vllm_operator.api.records import HEADLINE_COUNTS, HEADLINE_KEYS
 from vllm_operator.render.benchmark import COMPONENT, MESSAGE_KEY, RESULT_KEY, STATE_KEY
 
-# the CRD's enum of status.benchmark.state (spec.BenchmarkStatus.state)
+# the CRD's enum of status.benchmark.state (status_schema.BenchmarkStatus.state)
 RUN_STATES = ("Running", "Complete", "Failed")
 INVALID_RESULT = "InvalidResult"
 # the status carries the message (a condition's, at most 32 KiB): the Job's is cut to this

@@ -1,5 +1,6 @@
 """What observe() gathers: small frozen dataclasses, and the pure reading of pod states.
-Kept apart from observe/read.py so that write/status.py (pure) can use them without the client."""
+Kept apart from observe/read.py so that vllm_operator.status (pure) can use them without the
+client."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from vllm_operator import API_VERSION
-from vllm_operator.api.spec import parse_quantity
+from vllm_operator.api.quantity import parse_quantity
 from vllm_operator.observe.state import written_generation
 from vllm_operator.render.meta import SERVICE_LABEL
 from vllm_operator.write.transport import (
@@ -57,7 +57,7 @@ MONITORING_PRUNABLE = (
 
 
 def _quantity(value: str) -> Fraction | None:
-    """The one quantity parser (spec.parse_quantity, what CEL's quantity() reads); None for
+    """The one quantity parser (api.quantity.parse_quantity, what CEL's quantity() reads); None for
     what is not a quantity."""
     try:
         return parse_quantity(value)

@@ -12,8 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from tests.unit.builders import body, service
+from vllm_operator.api.cel import owned_flag
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.api.spec import RESERVED_ENV, Service, owned_flag
+from vllm_operator.api.spec import RESERVED_ENV, Service
 from vllm_operator.render.deployment import HOME_ENV, render_deployment
 
 # each of these sets (or could set) something the operator renders, as vLLM's parser reads it

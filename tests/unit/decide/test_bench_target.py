@@ -30,8 +30,8 @@ from vllm_operator.render.benchmark import (
     run_name,
 )
 from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.status import compute_status
 from vllm_operator.write.benchmark_runs import render_start
-from vllm_operator.write.status import compute_status
 
 SETTINGS = OperatorSettings()
 

@@ -20,8 +20,8 @@ from vllm_operator.decide.policy import confirming
 from vllm_operator.reconcile import Outcome, reconcile
 from vllm_operator.render.benchmark import revision, run_name
 from vllm_operator.render.deployment import render_pod_template
+from vllm_operator.status.prose import rendering_changed
 from vllm_operator.write.apply import _path
-from vllm_operator.write.status import rendering_changed
 
 BEFORE = OperatorSettings()
 # the next release (or `helm upgrade --set gpuImage=...`): every pod template renders anew

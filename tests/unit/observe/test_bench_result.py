@@ -15,7 +15,8 @@ from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, rolled_out
 from vllm_operator import API_VERSION
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.api.spec import Service, VLLMServiceStatus
+from vllm_operator.api.spec import Service
+from vllm_operator.api.status_schema import VLLMServiceStatus
 from vllm_operator.observe.benchresult import JobReport, read_job_report
 from vllm_operator.reconcile import reconcile
 from vllm_operator.render.benchmark import revision, run_name

@@ -15,8 +15,9 @@ import yaml
 from pydantic import ValidationError
 
 from tests.unit.builders import body, service
+from vllm_operator.api.quantity import parse_quantity
 from vllm_operator.api.settings import OperatorSettings
-from vllm_operator.api.spec import Service, VLLMServiceSpec, parse_quantity
+from vllm_operator.api.spec import Service, VLLMServiceSpec
 from vllm_operator.reconcile import describe, render_children
 from vllm_operator.render.autoscaling import render_hpa, render_pdb
 from vllm_operator.render.deployment import (

@@ -20,7 +20,8 @@ from vllm_operator.observe.state import (
     cause,
     pod_problems,
 )
-from vllm_operator.write.status import apply_failed_status, compute_status, invalid_spec_status
+from vllm_operator.status import compute_status
+from vllm_operator.status.failures import apply_failed_status, invalid_spec_status
 
 SETTINGS = OperatorSettings(cluster_domain="cluster.local")
 T0 = "2030-01-01T00:00:00Z"

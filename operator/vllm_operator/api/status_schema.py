@@ -1,0 +1,210 @@
+"""Step 1 of the flow (spec): the status's schema (written by the operator; its schema goes
+into the CRD too, beside the spec's: generate/crd.py). The status itself is computed by
+vllm_operator.status."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from vllm_operator.api.spec import _Model
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(max_length=1024, description="CamelCase reason.")
+    message: str = Field(default="", max_length=32_768, description="What a person can do.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Generation the condition is about."
+    )
+
+
+class BenchmarkLiveLoadStatus(_Model):
+    """Load on the measured pod that was not the benchmark's, seen during the run (the
+    result's liveLoad; the full figures per scenario are in the result ConfigMap)."""
+
+    foreign_requests: int | None = Field(
+        default=None, description="Requests the pod finished for other clients during the run."
+    )
+    peak_foreign_in_flight: float | None = Field(
+        default=None, description="Most requests of other clients running or waiting at once."
+    )
+    quiet: bool | None = Field(
+        default=None, description="True: the pod served the benchmark alone during the run."
+    )
+
+
+class BenchmarkStatus(_Model):
+    """The latest benchmark run (of the revision the spec asks for)."""
+
+    revision: str | None = Field(default=None, description="Pod-template revision measured.")
+    job: str | None = Field(default=None, description="The benchmark Job.")
+    target_pod: str | None = Field(
+        default=None, description="The one pod measured: the oldest Ready pod of the revision."
+    )
+    target_pod_ip: str | None = Field(
+        default=None, alias="targetPodIP", description="Its IP, the runner's --url."
+    )
+    live_load: BenchmarkLiveLoadStatus | None = Field(
+        default=None, description="Load of other clients on the measured pod during the run."
+    )
+    state: Literal["Running", "Complete", "Failed"] | None = Field(
+        default=None, description="Running, Complete or Failed."
+    )
+    completed_at: str | None = Field(default=None, description="When the result was written.")
+    result: str | None = Field(default=None, description="ConfigMap holding the full result.")
+    kv_cache_tokens: int | None = Field(default=None, description="KV-cache capacity (tokens).")
+    max_concurrency: float | None = Field(
+        default=None, description="Sequences that fit at max-model-len."
+    )
+    output_tokens_per_second: float | None = Field(
+        default=None, description="Output throughput under concurrent load."
+    )
+    batching_speedup: float | None = Field(default=None, description="Concurrent over serial.")
+    prefix_ttft_speedup: float | None = Field(default=None, description="Cold over warm TTFT.")
+    prefix_hit_rate: float | None = Field(default=None, description="Prefix-cache hit rate.")
+    ttft_p50_seconds: float | None = Field(default=None, description="TTFT p50 (s).")
+    ttft_p95_seconds: float | None = Field(default=None, description="TTFT p95 (s).")
+    request_latency_p99_seconds: float | None = Field(
+        default=None,
+        description="Request latency p99 under concurrent load (s): what a stopping pod's "
+        "drain (shutdownTimeoutSeconds) must cover; BenchmarkComplete says when it does not.",
+    )
+    passed: bool | None = Field(default=None, description="All thresholds met (when set).")
+    failures: list[str] = Field(default_factory=list, description="Thresholds not met.")
+    rolled_back_to: str | None = Field(
+        default=None, description="Revision restored because this one failed its gates."
+    )
+    rendered_as: str | None = Field(
+        default=None,
+        description="During a rollback: the spec's revision as this operator renders it, where "
+        "that is not `revision` (an operator upgrade or one of its settings changed how pod "
+        "templates render): the spec is still the one that failed as `revision`, so the "
+        "rollback stays in force.",
+    )
+    restored_as: str | None = Field(
+        default=None,
+        description="During a rollback: the revision rolledBackTo's recorded spec renders as "
+        "with this operator (what runs), where that is not rolledBackTo.",
+    )
+
+
+class BakeStatus(_Model):
+    """The canary's live figures against the stable pods', as Prometheus reads them."""
+
+    started_at: str | None = Field(default=None, description="When the canary joined.")
+    ends_at: str | None = Field(
+        default=None, description="When the bake's window ends (startedAt + bake.seconds)."
+    )
+    seconds: int | None = Field(
+        default=None,
+        description="Not written since endsAt (a count of seconds so far changed the status on "
+        "every reconcile); kept in the schema for statuses an earlier operator wrote.",
+    )
+    verdict: Literal["Passed", "Failed", "Inconclusive", "Skipped"] | None = Field(
+        default=None,
+        description="The bake's outcome, once decided (Skipped: the canary would have taken "
+        "more than bake.maxTrafficShare of live traffic; promoted on its benchmark alone).",
+    )
+    canary_requests: float | None = Field(
+        default=None, description="Requests the canary answered in the window."
+    )
+    canary_ttft_p99_seconds: float | None = Field(default=None, description="Canary TTFT p99.")
+    stable_ttft_p99_seconds: float | None = Field(default=None, description="Stable TTFT p99.")
+    canary_inter_token_p99_seconds: float | None = Field(
+        default=None, description="Canary inter-token latency p99."
+    )
+    stable_inter_token_p99_seconds: float | None = Field(
+        default=None, description="Stable inter-token latency p99."
+    )
+    canary_error_rate: float | None = Field(default=None, description="Canary 5xx share.")
+    stable_error_rate: float | None = Field(default=None, description="Stable 5xx share.")
+
+
+class RolloutStatus(_Model):
+    """A new revision on its way to serving (rollout.canary)."""
+
+    phase: Literal["Canary", "Baking", "Promoting", "Promoted", "Aborted"] = Field(
+        description="Canary: one pod of the new revision, outside the Service, is measured; "
+        "Baking: it passed and serves live traffic beside the stable pods (rollout.canary.bake), "
+        "compared with them; "
+        "Promoting: it passed (or was promoted by hand) and the serving pods roll to it; "
+        "Promoted: every serving pod runs it; Aborted: it failed its gates or was aborted by "
+        "hand, and the stable revision kept serving.",
+    )
+    revision: str = Field(description="The new revision.")
+    stable_revision: str | None = Field(
+        default=None, description="The revision that serves while the canary is measured."
+    )
+    canary: str | None = Field(default=None, description="The canary Deployment.")
+    bake: BakeStatus | None = Field(
+        default=None, description="The bake on live traffic (rollout.canary.bake)."
+    )
+    message: str = Field(default="", max_length=32_768, description="Why, in words.")
+
+
+class AutoscalingStatus(_Model):
+    """The HorizontalPodAutoscaler as its controller last reported it."""
+
+    horizontal_pod_autoscaler: str | None = Field(default=None, description="The HPA's name.")
+    current_replicas: int | None = Field(default=None, description="Replicas the HPA saw.")
+    desired_replicas: int | None = Field(default=None, description="Replicas the HPA wants.")
+    metric: str | None = Field(default=None, description="The pods metric the HPA targets.")
+    current_average_value: str | None = Field(
+        default=None,
+        description="The metric's current per-pod value as the HPA read it (a quantity); "
+        "absent while the HPA cannot get it (see the AutoscalingActive condition).",
+    )
+    target_average_value: str | None = Field(
+        default=None, description="The per-pod target (autoscaling.targetQueueDepth)."
+    )
+    last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
+    held_replicas: int | None = Field(
+        default=None,
+        description="Autoscaling is off and the Deployment still runs the count the autoscaler "
+        "chose (see the AutoscalingActive condition, reason ReplicasHeld).",
+    )
+    held_since: str | None = Field(default=None, description="When the hold began.")
+    held_until: str | None = Field(
+        default=None,
+        description="When spec.replicas applies (the operator's replicasHoldSeconds after "
+        "heldSince); at once with the release-replicas-hold annotation.",
+    )
+
+
+class VLLMServiceStatus(_Model):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = Field(default=None, description="Last generation acted on.")
+    replicas: int | None = Field(default=None, description="Pods of the Deployment now.")
+    desired_replicas: int | None = Field(
+        default=None, description="Replicas the Deployment wants (the spec, or the HPA's choice)."
+    )
+    ready_replicas: int | None = Field(default=None, description="Ready pods.")
+    updated_replicas: int | None = Field(default=None, description="Pods of the current revision.")
+    available_replicas: int | None = Field(default=None, description="Available pods.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the pods (for the scale subresource)."
+    )
+    endpoint: str | None = Field(default=None, description="In-cluster OpenAI base URL.")
+    model: str | None = Field(default=None, description="The served model name.")
+    revision: str | None = Field(default=None, description="Pod-template revision running.")
+    benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
+    rollout: RolloutStatus | None = Field(
+        default=None, description="The last revision rolled out through a canary."
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="The autoscaler's state (when autoscaling is enabled)."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready (serving), Progressing, Degraded, ChildrenSynced (every child "
+        "written; else the object refused, or a read failed), BenchmarkComplete, "
+        "BenchmarkPassed, AutoscalingActive (the HPA's ScalingActive), Monitoring.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )

@@ -1,0 +1,111 @@
+"""Step 5 of the flow (status), the autoscaling: status.autoscaling and the AutoscalingActive
+condition (the HPA's own, or a hold of the replicas it chose once autoscaling is off)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from typing import Any
+
+from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.api.spec import RELEASE_HOLD_ANNOTATION, Service
+from vllm_operator.observe.state import Observed
+from vllm_operator.render.deployment import (
+    REPLICAS_HELD_ANNOTATION,
+    REPLICAS_HELD_SINCE_ANNOTATION,
+)
+from vllm_operator.status.conditions import Cond
+
+
+def _hold(
+    svc: Service, obs: Observed, settings: OperatorSettings
+) -> tuple[dict[str, Any] | None, list[Cond]]:
+    """Autoscaling is off and the Deployment still runs the count the autoscaler chose
+    (render/deployment.decide_replicas): say how many, against what, until when, and how to
+    end it now. GPUs held without a word are the surprise this prevents."""
+    meta = (obs.deployment or {}).get("metadata", {})
+    annotations = meta.get("annotations") or {}
+    held = annotations.get(REPLICAS_HELD_ANNOTATION)
+    replicas = (obs.deployment or {}).get("spec", {}).get("replicas")
+    if held is None or replicas is None or replicas == svc.spec.replicas:
+        return None, []
+    since = annotations.get(REPLICAS_HELD_SINCE_ANNOTATION)
+    until = None
+    if since:
+        with contextlib.suppress(ValueError):
+            start = dt.datetime.fromisoformat(since.replace("Z", "+00:00"))
+            until = (start + dt.timedelta(seconds=settings.replicas_hold_seconds)).isoformat()
+            until = until.replace("+00:00", "Z")
+    message = (
+        f"autoscaling is off: the {replicas} replicas the autoscaler chose are held "
+        f"(spec.replicas is {svc.spec.replicas})"
+        + (f" until {until}, then spec.replicas applies" if until else "")
+        + f"; to apply spec.replicas now: `kubectl scale vsvc {svc.name} --replicas=N` with "
+        f"another count, or `kubectl annotate vsvc {svc.name} {RELEASE_HOLD_ANNOTATION}=now`"
+    )
+    out = {"heldReplicas": replicas, "heldSince": since, "heldUntil": until}
+    return {k: v for k, v in out.items() if v is not None}, [
+        Cond("AutoscalingActive", "False", "ReplicasHeld", message)
+    ]
+
+
+def _autoscaling(
+    svc: Service, obs: Observed, settings: OperatorSettings
+) -> tuple[dict[str, Any] | None, list[Cond]]:
+    """status.autoscaling and the AutoscalingActive condition: the HPA's own ScalingActive
+    condition (status, reason and message as the HPA controller wrote them), so that an
+    autoscaler without its metric ("no custom metrics API") shows on the service itself."""
+    if not svc.spec.autoscaling.enabled:
+        return _hold(svc, obs, settings)
+    hpa = obs.hpa
+    if hpa is None:
+        return None, [
+            Cond(
+                "AutoscalingActive",
+                "Unknown",
+                "HorizontalPodAutoscalerMissing",
+                f"the HorizontalPodAutoscaler {svc.name} is being created",
+            )
+        ]
+    st = hpa.get("status") or {}
+    pods_metrics = [m["pods"] for m in hpa.get("spec", {}).get("metrics", []) if "pods" in m]
+    metric = pods_metrics[0]["metric"]["name"] if pods_metrics else None
+    current = next(
+        (
+            m["pods"].get("current", {}).get("averageValue")
+            for m in st.get("currentMetrics") or []
+            if m.get("type") == "Pods" and m.get("pods", {}).get("metric", {}).get("name") == metric
+        ),
+        None,
+    )
+    out = {
+        k: v
+        for k, v in {
+            "horizontalPodAutoscaler": hpa["metadata"]["name"],
+            "currentReplicas": st.get("currentReplicas"),
+            "desiredReplicas": st.get("desiredReplicas"),
+            "metric": metric,
+            "currentAverageValue": current,
+            "targetAverageValue": (
+                pods_metrics[0].get("target", {}).get("averageValue") if pods_metrics else None
+            ),
+            "lastScaleTime": st.get("lastScaleTime"),
+        }.items()
+        if v is not None
+    }
+    active = next((c for c in st.get("conditions") or [] if c.get("type") == "ScalingActive"), None)
+    if active is None:
+        cond = Cond(
+            "AutoscalingActive",
+            "Unknown",
+            "Pending",
+            f"the HorizontalPodAutoscaler {hpa['metadata']['name']} has not been evaluated yet",
+        )
+    else:
+        cond = Cond(
+            "AutoscalingActive",
+            str(active.get("status", "Unknown")),
+            str(active.get("reason") or "Unknown"),
+            str(active.get("message") or ""),
+        )
+    return out, [cond]
