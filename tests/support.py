@@ -199,7 +199,9 @@ def quiet_window(
 
 def stream_completion(url: str, max_tokens: int = 16) -> None:
     """One streamed completion of the tiny model through `url` (a Service's base URL); raises
-    OSError (or http.client's errors, a cut stream) unless the stream ends with [DONE]."""
+    OSError (or http.client's errors, a cut stream) unless the stream ends with [DONE] and
+    carries no error event (vLLM ends a stream whose engine died mid-request with an error
+    chunk, then [DONE], under an HTTP 200)."""
     body: dict[str, Any] = {
         "model": "tiny",
         "prompt": "Hello there",
@@ -217,3 +219,6 @@ def stream_completion(url: str, max_tokens: int = 16) -> None:
         lines = r.read().decode().splitlines()
     if "data: [DONE]" not in lines:
         raise OSError(f"the stream ended without [DONE]: {lines[-3:]}")
+    errors = [line for line in lines if line.startswith('data: {"error"')]
+    if errors:
+        raise OSError(f"the stream carried an error: {errors[0][:300]}")

@@ -491,27 +491,14 @@ class LocalCluster:
         for name in ("pods.json", "operator.json"):
             if not (d / name).exists():
                 (d / name).write_text("[]")
-        prom = self._spawn(
-            state,
-            "prometheus",
-            monitoring.prometheus_args(
-                self._prometheus_exe(), config, d / "tsdb", state.ports.prometheus
-            )[1:],
-            exe=self._prometheus_exe(),
-        )
+        prom = self._spawn_prometheus(state)
         self._spawn(
             state,
             "pod-targets",
             ["-m", "vllm_localenv.targets", str(self.state_dir)],
             exe=sys.executable,
         )
-
-        def prometheus_ready() -> bool:
-            url = f"http://127.0.0.1:{state.ports.prometheus}/-/ready"
-            with urllib.request.urlopen(url, timeout=2) as r:
-                return bool(r.status == 200)
-
-        self._wait("prometheus", prom, prometheus_ready, deadline)
+        self._wait("prometheus", prom, self._prometheus_ready(state.ports.prometheus), deadline)
         adapter = self._spawn(
             state,
             "prometheus-adapter",
@@ -543,6 +530,22 @@ class LocalCluster:
             )
 
         self._wait("prometheus-adapter", adapter, api_services_available, deadline)
+
+    def _spawn_prometheus(self, state: _State) -> subprocess.Popen[bytes]:
+        """Prometheus on the config _start_monitoring wrote, its TSDB and its port."""
+        d, exe = self.prometheus_dir, self._prometheus_exe()
+        args = monitoring.prometheus_args(
+            exe, d / "prometheus.yml", d / "tsdb", state.ports.prometheus
+        )
+        return self._spawn(state, "prometheus", args[1:], exe=exe)
+
+    @staticmethod
+    def _prometheus_ready(port: int) -> Callable[[], bool]:
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as r:
+                return bool(r.status == 200)
+
+        return ready
 
     @staticmethod
     def _prometheus_exe() -> str:
@@ -1058,6 +1061,41 @@ class LocalCluster:
             shutil.rmtree(self.state_dir)
 
     # ---- helpers for tests -------------------------------------------------------------
+    def stop_prometheus(self, timeout: float = 30.0) -> None:
+        """Kills Prometheus (SIGKILL: as a crash or an OOM kill, no clean shutdown) and returns
+        once its port refuses connections: a fault test's "Prometheus stopped". The rest of the
+        cluster runs on; start_prometheus() brings it back on the same TSDB."""
+        state = self._read_state()
+        procs = [p for p in (state.procs if state is not None else []) if p.name == "prometheus"]
+        mine = [p for p in procs if _is_ours(p)]
+        if not mine:
+            raise ClusterError("prometheus is not running (no process of ours)")
+        for p in mine:
+            _signal(p.pid, signal.SIGKILL)
+            self._reap(p.pid)
+        assert state is not None
+        end = time.monotonic() + timeout
+        while _port_in_use(state.ports.prometheus):
+            if time.monotonic() > end:
+                raise ClusterError(f"prometheus's port {state.ports.prometheus} is still open")
+            for p in mine:
+                self._reap(p.pid)
+            time.sleep(0.1)
+
+    def start_prometheus(self, timeout: float = 120.0) -> int:
+        """Prometheus started again as `up` starts it (the same config, TSDB and port), after
+        stop_prometheus(); returns its pid once it says it is ready."""
+        state = self._read_state()
+        if state is None:
+            raise ClusterError(f"no local cluster in {self.state_dir}")
+        if self.pid_of("prometheus") is not None:
+            raise ClusterError("prometheus is running: stop_prometheus() first")
+        state.procs = [p for p in state.procs if p.name != "prometheus"]
+        prom = self._spawn_prometheus(state)
+        ready = self._prometheus_ready(state.ports.prometheus)
+        self._wait("prometheus", prom, ready, time.monotonic() + timeout)
+        return prom.pid
+
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
         """A kubeconfig that authenticates as a ServiceAccount (a TokenRequest token), so a
         process runs with exactly that account's RBAC instead of as cluster admin."""
