@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "operator"))
+# the benchmark runner (vllm_bench) lives in runner/ since the three distributions (issue 20)
+RUNNER = REPO / "runner"
+sys.path.insert(0, str(RUNNER))
 
 PY = sys.executable
 PORT = 8000
@@ -152,7 +154,7 @@ def run_runner(work: Path, part: str, name: str, extra: list[str]) -> dict[str, 
     cmd = [PY, "-m", "vllm_bench.cli", "run", "--url", URL, "--model", name, "--out", str(out)]
     cmd += ["--timeout-seconds", "120", *extra]
     log(f"runner: {shlex.join(cmd)}")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    env = {**os.environ, "PYTHONPATH": str(RUNNER)}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, check=False)
     doc: dict[str, Any] = json.loads((out / "result.json").read_text())
@@ -220,7 +222,7 @@ def lab2_naive(work: Path) -> dict[str, Any]:
 
     prompts = PromptFactory(7, tokens_per_word=1.3)
     texts = [prompts.prompt(128) for _ in range(5)]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    env = {**os.environ, "PYTHONPATH": str(RUNNER)}
     cmd = [PY, "-m", "vllm_bench.naive", "--model-dir", str(work / "models" / "llama3-8b")]
     cmd += ["--max-new-tokens", "128", "--device", "cuda"]
     log(f"naive: {shlex.join(cmd)}")
@@ -332,8 +334,9 @@ def lab2_lab(work: Path, part: str, max_model_len: int, preset: str) -> dict[str
 
 
 def lab2_naive_fp16(work: Path) -> dict[str, Any]:
-    """The naive baseline as the lab loads it (fp16) on lab 2's prompts and output length,
-    one request at a time: compared with vLLM's sequential phase (lab2-lab's serial)."""
+    """The naive baseline as the lab loads it (fp16) on lab 2's 5 naive prompts (its chat
+    template applied) and 200 tokens, one request at a time: compared with vLLM's sequential
+    run of the same prompts (lab2-lab's phase lab-sequential)."""
     stop_server(work)
     from vllm_bench.presets import PRESETS  # noqa: PLC0415 - after sys.path is set
 
@@ -341,8 +344,27 @@ def lab2_naive_fp16(work: Path) -> dict[str, Any]:
     assert sequential is not None
     # the first prompt once more in front: it pays for the first kernel launches, discarded
     texts = [sequential.prompts[0], *sequential.prompts]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
-    cmd = [PY, "-m", "vllm_bench.naive", "--model-dir", str(work / "models" / "llama3-8b")]
+    # the lab's naive loop applies the model's chat template to each prompt (one user turn,
+    # the generation prompt added) before generate(); naive.py tokenizes what it is given
+    model_dir = work / "models" / "llama3-8b"
+    chat_template: Any = True
+    try:
+        from transformers import AutoTokenizer  # noqa: PLC0415 - the host's, not the runner's
+
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        texts = [
+            str(
+                tok.apply_chat_template(
+                    [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True
+                )
+            )
+            for t in texts
+        ]
+    except Exception as exc:  # noqa: BLE001 - measured without the template, and said so
+        chat_template = f"not applied: {type(exc).__name__}: {exc}"
+        log(f"naive: chat template {chat_template}")
+    env = {**os.environ, "PYTHONPATH": str(RUNNER)}
+    cmd = [PY, "-m", "vllm_bench.naive", "--model-dir", str(model_dir)]
     cmd += ["--max-new-tokens", str(sequential.sampling.max_tokens), "--device", "cuda"]
     cmd += ["--dtype", "float16"]
     log(f"naive: {shlex.join(cmd)}")
@@ -356,6 +378,10 @@ def lab2_naive_fp16(work: Path) -> dict[str, Any]:
     result["warmupDiscarded"] = 1
     result["outputTokensPerSecond"] = statistics.median(rates)
     result["secondsPerRequest"] = statistics.median(s["latencySeconds"] for s in measured)
+    result["chatTemplate"] = chat_template
+    # naive.py decodes greedily with min_new_tokens = max_new_tokens; the lab samples at 0.7
+    # and stops at EOS (random weights here never emit it, so the length is the same)
+    result["sampling"] = "greedy, exactly max_new_tokens (vllm_bench.naive)"
     result["spread"] = {"min": min(rates), "median": statistics.median(rates), "max": max(rates)}
     return result
 
@@ -415,7 +441,7 @@ def vs_upstream(work: Path) -> Any:
     for w in workloads:
         cmd += ["--workload", w]
     log(f"vs-upstream: {shlex.join(cmd)}")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    env = {**os.environ, "PYTHONPATH": str(RUNNER)}
     tmp.mkdir(parents=True, exist_ok=True)
     # cwd: an empty folder, so that nothing there shadows a module vLLM imports
     subprocess.run(cmd, env=env, cwd=tmp, check=True)

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runner"))  # vllm_bench
 
 ROOFLINE = {"tinyllama": 1927.0, "llama3-8b": 264.0}
 # the reference labs' own figures (Llama-3-8B fp16 on an unnamed 24 GB GPU)
@@ -324,13 +324,96 @@ def commands(results: Path) -> list[str]:
     return lines
 
 
+def _lab_figures(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """A preset run's figures by the lab's own definitions (the scenario's `lab`)."""
+    lab = doc.get("scenarios", {}).get(name, {}).get("lab", {})  # doc: the runner's result
+    found: dict[str, Any] = lab.get("figures", {})
+    return found
+
+
+def _as_serial(runner: dict[str, Any], phase: str) -> dict[str, Any]:
+    """The runner document with the batching samples of `phase` (a lab step, such as
+    lab 2's lab-sequential) as its serial phase, for the runner's per-request chart."""
+    batching = runner.get("scenarios", {}).get("batching", {})
+    samples = [{**x, "phase": "serial"} for x in batching.get("samples", []) if x["phase"] == phase]
+    return {**runner, "scenarios": {"batching": {**batching, "samples": samples}}}
+
+
+def plot_lab1_baseline_vs_batch(doc: dict[str, Any]) -> Any:
+    """Lab 1's serial-vs-batched chart by its own steps: its first 4 prompts in one request
+    (the baseline) against its 32 in one request, as wall time and output tokens/s."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - via vllm_bench.report (Agg backend)
+
+    f = _lab_figures(doc, "batching")
+    walls = [f.get("baselineSeconds"), f.get("batchSeconds")]
+    rates = [f.get("baselineOutputTokensPerSecond"), f.get("batchOutputTokensPerSecond")]
+    tokens = [f.get("baselineOutputTokens"), f.get("batchOutputTokens")]
+    if None in walls or None in rates:
+        return None
+    from vllm_bench import report  # noqa: PLC0415
+
+    names = [f"first 4 prompts\nin one request\n({tokens[0]} tokens)",
+             f"all 32 prompts\nin one request\n({tokens[1]} tokens)"]  # fmt: skip
+    colours = [report.PHASE_COLOURS["serial"], report.PHASE_COLOURS["concurrent"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.4))
+    report._label_bars(left, left.bar(names, walls, color=colours), "{:.3f} s")
+    left.set(ylabel="wall time (s)", title="Wall time")
+    report._label_bars(right, right.bar(names, rates, color=colours), "{:,.0f}")
+    right.set(ylabel="output tokens/s", title="Output throughput")
+    speedup = f.get("speedup")
+    fig.suptitle(
+        "Lab 1: baseline vs batch (its own steps)"
+        + (f": {speedup:.1f}x the throughput" if speedup else "")
+    )
+    return fig
+
+
+def plot_lab1_cold_vs_warm(doc: dict[str, Any]) -> Any:
+    """Lab 1's prefix chart by its own step: its one prompt (the shared system prompt and
+    the user turn) right after a prefix-cache reset, then again, as wall time."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    f = _lab_figures(doc, "prefix")
+    cold, warm = f.get("coldSeconds"), f.get("warmSeconds")
+    if cold is None or warm is None:
+        return None
+    from vllm_bench import report  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    bars = ax.bar(
+        ["cold\n(after the reset)", "warm\n(the same prompt again)"],
+        [cold * 1000, warm * 1000],
+        color=[report.PHASE_COLOURS["cold"], report.PHASE_COLOURS["warm"]],
+    )
+    report._label_bars(ax, bars, "{:.1f} ms")
+    notes = []
+    if f.get("sharedPrefixTokens") is not None:
+        notes.append(f"shared prefix ~{f['sharedPrefixTokens']} tokens by the lab's estimate")
+    if f.get("coldAfterReset") is False:
+        notes.append("NO cache reset before cold")
+    speedup = f.get("speedup")
+    ax.set(
+        ylabel="wall time of the request (ms)",
+        title="Lab 1: prefix cache cold vs warm (its own step)"
+        + (f", {speedup:.2f}x" if speedup else "")
+        + (f"\n({', '.join(notes)})" if notes else ""),
+    )
+    return fig
+
+
 def write_lab_plots(results: Path) -> list[Path]:
-    """The labs' charts from the results, drawn by the runner's report."""
+    """The labs' charts from the results, drawn by the runner's report; for the preset
+    runs (lab1-engine, lab2-lab, lab2-512-lab) also the labs' own charts by their steps:
+    lab 1's baseline vs batch and cold vs warm; lab 2's naive vs vLLM per request (lab2-naive-
+    fp16 against lab2-lab's sequential run of the same 5 prompts) and max_model_len 2048 vs 512
+    (lab2-lab against lab2-512-lab); its concurrent requests and its streaming timeline are
+    the runner's concurrent_requests.png and token_timeline.png of lab2-lab."""
     from vllm_bench import report  # noqa: PLC0415 - matplotlib only for --plots
 
     written: list[Path] = []
     runs = {}
-    for part in ("lab1-before", "lab1", "lab2", "lab2-512"):
+    parts = ("lab1-before", "lab1", "lab2", "lab2-512", "lab1-engine", "lab2-lab", "lab2-512-lab")
+    for part in parts:
         doc = load(results, part)
         if doc and doc.get("runner"):
             runs[part] = doc["runner"]
@@ -342,14 +425,35 @@ def write_lab_plots(results: Path) -> list[Path]:
             written.append(
                 report.save_figure(fig, results / "lab2" / "naive_vs_vllm_per_request.png")
             )
-    lengths = {
-        f"max_model_len {doc.get('environment', {}).get('maxModelLen')}": doc
-        for part, doc in runs.items()
-        if part in ("lab2", "lab2-512")
-    }
-    fig = report.plot_context_lengths(lengths)
-    if fig is not None:
-        written.append(report.save_figure(fig, results / "lab2" / "max_model_len.png"))
+    naive_lab = load(results, "lab2-naive-fp16")
+    if naive_lab and "lab2-lab" in runs:
+        fig = report.plot_naive_vs_vllm_per_request(
+            naive_lab, _as_serial(runs["lab2-lab"], "lab-sequential")
+        )
+        if fig is not None:
+            written.append(
+                report.save_figure(fig, results / "lab2-lab" / "naive_vs_vllm_per_request.png")
+            )
+    for (a, b), folder in (
+        (("lab2", "lab2-512"), "lab2"),
+        (("lab2-lab", "lab2-512-lab"), "lab2-lab"),
+    ):
+        lengths = {
+            f"max_model_len {runs[part].get('environment', {}).get('maxModelLen')}": runs[part]
+            for part in (a, b)
+            if part in runs
+        }
+        fig = report.plot_context_lengths(lengths)
+        if fig is not None:
+            written.append(report.save_figure(fig, results / folder / "max_model_len.png"))
+    if "lab1-engine" in runs:
+        for name, make in (
+            ("lab_baseline_vs_batch.png", plot_lab1_baseline_vs_batch),
+            ("lab_cold_vs_warm.png", plot_lab1_cold_vs_warm),
+        ):
+            fig = make(runs["lab1-engine"])
+            if fig is not None:
+                written.append(report.save_figure(fig, results / "lab1-engine" / name))
     return written
 
 
