@@ -277,6 +277,23 @@ def _aborted_after(
     return aborted["status"], time.monotonic() - fault_at
 
 
+def _failed_and_aborted(
+    lc: LocalCluster,
+    ns: str,
+    st: dict[str, Any],
+    rev: str,
+    stable_pod: dict[str, Any],
+    why: str,
+) -> None:
+    """The bake Failed for `why` (in its message), a RolloutAborted event names the revision,
+    and the stable pod that served before the row serves still (the same pod)."""
+    assert st["rollout"]["bake"]["verdict"] == "Failed", st["rollout"]
+    assert why in st["rollout"]["message"], st["rollout"]
+    assert any(rev in m for m in _events(lc, ns, "RolloutAborted")), "no RolloutAborted event"
+    (still,) = items(lc, ns, "pods", SERVER)
+    assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]
+
+
 @pytest.mark.timeout(1500)  # a canary's start, its benchmark run, its bake
 def test_a_canary_pod_deleted_mid_bake_fails_its_bake(
     real_cluster: LocalCluster, served: tuple[str, str]
@@ -291,11 +308,7 @@ def test_a_canary_pod_deleted_mid_bake_fails_its_bake(
         lc.kubectl("delete", "pod", pod["metadata"]["name"], "-n", ns, "--wait=false")
         st, took = _aborted_after(lc, ns, rev, time.monotonic(), 180)
         wait_for("the canary out of the endpoints", lambda: pod["status"]["podIP"] in watcher.left)
-    assert st["rollout"]["bake"]["verdict"] == "Failed", st["rollout"]
-    assert "stopped serving during the bake" in st["rollout"]["message"], st["rollout"]
-    assert any(rev in m for m in _events(lc, ns, "RolloutAborted")), "no RolloutAborted event"
-    (still,) = items(lc, ns, "pods", SERVER)
-    assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]
+    _failed_and_aborted(lc, ns, st, rev, stable_pod, "stopped serving during the bake")
     print(
         f"\nfault matrix, canary pod deleted mid-bake: Aborted in {took:.0f} s "
         f"({st['rollout']['message'][:200]}); client: {client.sent} sent "
@@ -333,11 +346,7 @@ def test_a_canary_that_hangs_mid_bake_fails_its_bake(
         # for the client to be past them (a request answered after the abort)
         answered = client.ok
         wait_for("the client answered again", lambda: client.ok > answered + 3, timeout=300)
-    assert st["rollout"]["bake"]["verdict"] == "Failed", st["rollout"]
-    assert "stopped serving during the bake" in st["rollout"]["message"], st["rollout"]
-    assert any(rev in m for m in _events(lc, ns, "RolloutAborted")), "no RolloutAborted event"
-    (still,) = items(lc, ns, "pods", SERVER)
-    assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]
+    _failed_and_aborted(lc, ns, st, rev, stable_pod, "stopped serving during the bake")
     print(
         f"\nfault matrix, canary hung mid-bake (SIGSTOP): Aborted in {took:.0f} s "
         f"({st['rollout']['message'][:200]}); client: {client.sent} sent, "
@@ -398,11 +407,7 @@ def test_a_canary_answering_5xx_to_live_requests_fails_its_bake(
     finally:
         trigger.unlink(missing_ok=True)
         plugin.unlink(missing_ok=True)
-    assert st["rollout"]["bake"]["verdict"] == "Failed", st["rollout"]
-    assert "5xx share" in st["rollout"]["message"], st["rollout"]
-    assert any(rev in m for m in _events(lc, ns, "RolloutAborted")), "no RolloutAborted event"
-    (still,) = items(lc, ns, "pods", SERVER)
-    assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]
+    _failed_and_aborted(lc, ns, st, rev, stable_pod, "5xx share")
     print(
         f"\nfault matrix, canary answering 5xx to every live request: Aborted in {took:.0f} s "
         f"({st['rollout']['message'][:240]}); client: {client.sent} sent, {failed} failed "
@@ -441,11 +446,7 @@ def test_a_canary_whose_engine_dies_under_live_traffic_fails_its_bake(
         _signal_all(engine, signal.SIGKILL)
         st, took = _aborted_after(lc, ns, rev, time.monotonic(), 300)
         failed = _recovered(client, watcher, ip)
-    assert st["rollout"]["bake"]["verdict"] == "Failed", st["rollout"]
-    assert "stopped serving during the bake" in st["rollout"]["message"], st["rollout"]
-    assert any(rev in m for m in _events(lc, ns, "RolloutAborted")), "no RolloutAborted event"
-    (still,) = items(lc, ns, "pods", SERVER)
-    assert still["metadata"]["uid"] == stable_pod["metadata"]["uid"]
+    _failed_and_aborted(lc, ns, st, rev, stable_pod, "stopped serving during the bake")
     print(
         f"\nfault matrix, canary's engine killed under live traffic (SIGKILL): Aborted in "
         f"{took:.0f} s ({st['rollout']['message'][:240]}); client: {client.sent} sent, "
