@@ -271,6 +271,10 @@ class PhaseResult:
     def ttft(self, q: float) -> float | None:
         return percentile([c.ttft for c in self.completions if c.ttft is not None], q)
 
+    def tpot(self, q: float) -> float | None:
+        tpots = [c.tpot for c in self.completions]
+        return percentile([t for t in tpots if t is not None], q)
+
 
 async def run_requests(
     ctx: Context,

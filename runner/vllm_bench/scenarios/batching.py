@@ -34,6 +34,10 @@ from vllm_bench.scenarios.base import (
 )
 from vllm_bench.stats import knee
 
+# the percentiles of TTFT and TPOT each ladder level reports (an objective's choice of 50,
+# 90, 95 or 99 is read from them)
+LADDER_PERCENTILES = (50, 90, 95, 99)
+
 
 def ladder_levels(max_concurrency: int) -> list[int]:
     """1, 2, 4, ... and max_concurrency itself."""
@@ -165,6 +169,18 @@ def _point(phase: PhaseResult, concurrency: int) -> dict[str, float | int | None
         "requestsPerSecond": rounded(phase.requests_per_second, 4),
         "latencyP50Seconds": rounded(phase.latency(50)),
         "latencyP95Seconds": rounded(phase.latency(95)),
+        # what a latency objective is judged on (the operator's capacity, decide/capacity.py):
+        # time to first token and time per output token at the objective's percentiles
+        **{
+            f"{name}P{q}Seconds": rounded(value(q))
+            for name, value in (("ttft", phase.ttft), ("tpot", phase.tpot))
+            for q in LADDER_PERCENTILES
+        },
+        "promptTokensMean": rounded(
+            sum(c.prompt_tokens for c in phase.completions) / len(phase.completions), 1
+        )
+        if phase.completions
+        else None,
     }
 
 
