@@ -26,9 +26,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.api.records import Run
+from vllm_operator.api.records import Capacity, Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
+from vllm_operator.decide import capacity
 from vllm_operator.decide.aim import aim
 from vllm_operator.decide.policy import Plan, Start, decide, describe, held_spec, restorable
 from vllm_operator.decide.progressive import Rollout, progress
@@ -128,6 +129,7 @@ def render_children(
     replicas_owned_elsewhere: bool = False,
     rollout: Rollout | None = None,
     no_room_for_surge: str = "",
+    hpa_target: float | None = None,
 ) -> list[dict[str, Any]]:
     """`monitoring`: the Prometheus Operator's CRDs are served, so its objects can be applied.
     `own`: the spec's pod template (what its canary runs), rendered once by the caller (None:
@@ -136,7 +138,9 @@ def render_children(
     measured, the spec the serving pods run): only the pod template (what defines a revision)
     comes from it; everything else (replicas, autoscaling, PDB, rollout strategy, the
     Service, monitoring) from the current spec. `rollout`: the canary's part
-    (progressive.progress): the canary Deployment, one serving pod fewer for it."""
+    (progressive.progress): the canary Deployment, one serving pod fewer for it.
+    `hpa_target`: the requests in flight per pod the serving revision's capacity allows
+    (decide/capacity.hpa_target; None: the queue band)."""
     own = own if own is not None else render_pod_template(svc, settings)
     deployment = render_deployment(
         svc,
@@ -165,7 +169,7 @@ def render_children(
         deployment,
         *canary,
         render_service(svc, settings),
-        render_hpa(svc, settings),
+        render_hpa(svc, settings, hpa_target),
         render_pdb(svc, settings),
     ]
     return [m for m in rendered if m is not None] + (
@@ -288,6 +292,12 @@ def _pipeline(
     # the serving pods stay at while a canary is measured) if any
     served_from = plan.restored or rollout.hold or svc
     serving = own if served_from is svc else render_pod_template(served_from, settings)
+    # the serving revision's capacity against the objective: what the autoscaler targets
+    serving_rev = revision(serving)
+    served_capacity = capacity.of_revision(svc, seen.runs, serving_rev)
+    hpa_target = (
+        capacity.hpa_target(svc, served_capacity) if isinstance(served_capacity, Capacity) else None
+    )
     live_annotations = (seen.deployment or {}).get("metadata", {}).get("annotations") or {}
     rendered = render_children(
         svc,
@@ -301,6 +311,7 @@ def _pipeline(
         now=_now(),
         replicas_owned_elsewhere=bool(replicas_managers(seen.deployment, settings.field_manager)),
         rollout=rollout,
+        hpa_target=hpa_target,
         no_room_for_surge=surge_refused(
             svc,
             revision(serving),
@@ -338,6 +349,9 @@ def _pipeline(
             monitoring_crds=seen.monitoring_crds,
             refused=tuple(refused),
             bench_refused=on_bench[0] if on_bench and bench is not None else None,
+            capacity=capacity.of_revision(svc, obs.runs, serving_rev),
+            candidate=capacity.of_revision(svc, obs.runs, rev) if rev != serving_rev else None,
+            serving_revision=serving_rev,
         )
 
     # apply (the one writer): the children, then the plan
@@ -468,7 +482,7 @@ def _bench_view(svc: Service, plan: Plan, after: Observed) -> BenchView | None:
         rolled_back_to=plan.rolled_back_to,
         rollback_refused=plan.rollback_refused,
         rollout_done=plan.rollout_done,
-        gated=svc.spec.benchmark.thresholds.any,
+        gated=svc.spec.gated,
         confirming=plan.confirming,
         confirmed=plan.confirmed,
         rendered_as=plan.rendered_as,

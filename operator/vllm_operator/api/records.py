@@ -93,3 +93,31 @@ class Run:
     @property
     def headline(self) -> Headline:
         return Headline.from_result(self.result or {})
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one revision's benchmark says a pod of it serves within the service's latency
+    objective (decide/capacity.py derives it from the run's batching ladder): what the
+    autoscaler targets while that revision serves, and status.capacity."""
+
+    revision: str
+    run: str
+    measured_at: str  # the run's creation time (its record's)
+    # the highest concurrency per pod at which both latencies still meet the objective
+    # (interpolated between the ladder's levels); 0: not even one request at a time does
+    concurrency_per_pod: float
+    requests_per_second: float | None  # per pod at that concurrency
+    output_tokens_per_second: float | None  # per pod at that concurrency
+    prefill_tokens_per_second: float | None  # one request alone: prompt tokens / TTFT p50
+    kv_cache_tokens: int | None
+    bound_by: str  # what ended it: "ttft", "tpot", or "ladderTop" (still met at the top)
+    input_tokens: float | None  # the workload measured: mean prompt tokens, output tokens
+    output_tokens: int | None
+    workload_source: str  # "objective" (the spec's), or "runnerDefault"
+    levels: tuple[tuple[int, float | None, float | None], ...] = ()  # (c, ttft, tpot) at p
+
+    @property
+    def at_least(self) -> bool:
+        """The ladder's top level still met the objective: the capacity is at least this."""
+        return self.bound_by == "ladderTop"

@@ -721,6 +721,81 @@ class BenchmarkSpec(_Model):
         return self
 
 
+OBJECTIVE_PERCENTILES = (50, 90, 95, 99)
+# the runner flags an objective's workload sets (render/benchmark.runner_args); benchmark.args
+# may not set them as well (a CEL rule on the spec)
+OBJECTIVE_RUNNER_FLAGS = ("--input-tokens", "--output-tokens")
+
+
+class ObjectiveSpec(_Model):
+    """What the service's users need: time to first token and time per output token at a
+    percentile, optionally for a workload shape and up to a peak. With an objective, each
+    revision's benchmark finds the highest concurrency per pod at which it holds
+    (status.capacity), and the autoscaler targets that concurrency less the headroom, for the
+    revision that serves (re-derived at every promotion): no queue threshold to guess."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.ttftSeconds) || has(self.tpotSeconds)",
+                    "objective needs ttftSeconds, tpotSeconds or both",
+                ),
+            ]
+        }
+    )
+    ttft_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="Time to first token each request must meet at `percentile` (seconds).",
+    )
+    tpot_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="Time per output token after the first at `percentile` (seconds).",
+    )
+    percentile: Literal[50, 90, 95, 99] = Field(
+        default=95, description="The percentile both latencies are judged at: 50, 90, 95 or 99."
+    )
+    input_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="The workload's prompt length (tokens, about): the benchmark's "
+        "--input-tokens. Unset: the runner's default (128).",
+    )
+    output_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="The workload's output length (tokens): the benchmark's --output-tokens. "
+        "Unset: the runner's default (64).",
+    )
+    peak_requests_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="The request rate the service must be able to serve within the objective: "
+        "a revision whose measured rate per pod times autoscaling.maxReplicas (less the "
+        "headroom) falls short fails its benchmark gate.",
+    )
+    headroom_percent: int = Field(
+        default=20,
+        ge=0,
+        le=90,
+        description="The share of the measured capacity the autoscaler keeps free: it targets "
+        "(100 - headroomPercent)% of the concurrency per pod at which the objective holds.",
+    )
+
+    @model_validator(mode="after")
+    def _one_latency(self) -> ObjectiveSpec:  # mirrors the CEL rule
+        if self.ttft_seconds is None and self.tpot_seconds is None:
+            raise ValueError("objective needs ttftSeconds, tpotSeconds or both")
+        return self
+
+
 class AlertThresholds(_Model):
     """Thresholds of the service's alerts (the reference lab's values by default)."""
 
@@ -819,6 +894,22 @@ class VLLMServiceSpec(_Model):
                     ".modelCache",
                 ),
                 cel(
+                    "!has(self.objective) || (self.benchmark.enabled && "
+                    "self.benchmark.scenarios.exists(s, s == 'batching'))",
+                    "objective needs benchmark.enabled and the batching scenario in "
+                    "benchmark.scenarios: its ladder measures the capacity",
+                    ".objective",
+                ),
+                cel(
+                    "!has(self.objective) || ((!has(self.objective.inputTokens) || "
+                    "!self.benchmark.args.exists(a, a.startsWith('--input-tokens'))) && "
+                    "(!has(self.objective.outputTokens) || "
+                    "!self.benchmark.args.exists(a, a.startsWith('--output-tokens'))))",
+                    "benchmark.args must not set --input-tokens or --output-tokens when "
+                    "objective.inputTokens or objective.outputTokens sets them",
+                    ".benchmark.args",
+                ),
+                cel(
                     "self.drainSeconds <= self.terminationGracePeriodSeconds",
                     "drainSeconds (the preStop pause) must not exceed "
                     "terminationGracePeriodSeconds",
@@ -915,6 +1006,12 @@ class VLLMServiceSpec(_Model):
     autoscaling: AutoscalingSpec = Field(
         default_factory=AutoscalingSpec, description="Queue-depth autoscaling."
     )
+    objective: ObjectiveSpec | None = Field(
+        default=None,
+        description="A latency objective: the benchmark measures each revision's capacity "
+        "against it and the autoscaler follows the serving revision's capacity. Unset: the "
+        "queue band of autoscaling (targetQueueDepth, scaleDownQueueDepth).",
+    )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout strategy.")
     benchmark: BenchmarkSpec = Field(
         default_factory=BenchmarkSpec, description="Benchmark each rollout; gates."
@@ -983,6 +1080,7 @@ class VLLMServiceSpec(_Model):
                 "drainSeconds + shutdownTimeoutSeconds must not exceed "
                 "terminationGracePeriodSeconds (the kubelet kills the pod then)"
             )
+        self._objective_measurable()
         names = [e.name for e in self.env]
         if len(set(names)) != len(names):
             raise ValueError(
@@ -995,6 +1093,29 @@ class VLLMServiceSpec(_Model):
                 "modelCache, huggingFaceToken and apiKey"
             )
         return self
+
+    def _objective_measurable(self) -> None:  # mirrors the two CEL rules on objective
+        o = self.objective
+        if o is None:
+            return
+        if not self.benchmark.enabled or "batching" not in self.benchmark.scenarios:
+            raise ValueError(
+                "objective needs benchmark.enabled and the batching scenario in "
+                "benchmark.scenarios: its ladder measures the capacity"
+            )
+        for flag, value in zip(
+            OBJECTIVE_RUNNER_FLAGS, (o.input_tokens, o.output_tokens), strict=True
+        ):
+            if value is not None and any(a.startswith(flag) for a in self.benchmark.args):
+                raise ValueError(
+                    "benchmark.args must not set --input-tokens or --output-tokens when "
+                    "objective.inputTokens or objective.outputTokens sets them"
+                )
+
+    @property
+    def gated(self) -> bool:
+        """The benchmark can fail a revision: thresholds set, or an objective (its gate)."""
+        return self.benchmark.thresholds.any or self.objective is not None
 
     @property
     def served_model_name(self) -> str:

@@ -161,7 +161,20 @@ class AutoscalingStatus(_Model):
         "absent while the HPA cannot get it (see the AutoscalingActive condition).",
     )
     target_average_value: str | None = Field(
-        default=None, description="The per-pod target (autoscaling.targetQueueDepth)."
+        default=None,
+        description="The per-pod target: autoscaling.targetQueueDepth (policy QueueBand), or "
+        "the requests in flight per pod the serving revision's capacity allows (policy "
+        "Capacity).",
+    )
+    policy: str | None = Field(
+        default=None,
+        description="QueueBand (autoscaling's targetQueueDepth / scaleDownQueueDepth) or "
+        "Capacity (spec.objective: the serving revision's measured capacity less the headroom).",
+    )
+    target_from: str | None = Field(
+        default=None,
+        description="Where the target comes from, in words: the band's fields, or the "
+        "capacity's revision, run and time measured (status.capacity).",
     )
     last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
     held_replicas: int | None = Field(
@@ -174,6 +187,69 @@ class AutoscalingStatus(_Model):
         default=None,
         description="When spec.replicas applies (the operator's replicasHoldSeconds after "
         "heldSince); at once with the release-replicas-hold annotation.",
+    )
+
+
+class CapacityLevel(_Model):
+    """One level of the batching ladder, as the objective judges it."""
+
+    concurrency: int = Field(description="Requests at once.")
+    ttft_seconds: float | None = Field(default=None, description="TTFT at the percentile.")
+    tpot_seconds: float | None = Field(default=None, description="TPOT at the percentile.")
+
+
+class CapacityFigures(_Model):
+    """A revision's capacity against spec.objective, from its benchmark's batching ladder."""
+
+    revision: str = Field(description="The revision measured.")
+    run: str = Field(description="The benchmark run (its result ConfigMap) measured in.")
+    measured_at: str | None = Field(default=None, description="When the run started.")
+    concurrency_per_pod: float | None = Field(
+        default=None,
+        description="The highest requests at once per pod at which both latencies meet the "
+        "objective (interpolated between the ladder's levels); 0: not even one at a time.",
+    )
+    at_least: bool | None = Field(
+        default=None,
+        description="True: the ladder's top level still met the objective (raise the "
+        "runner's --max-concurrency in benchmark.args to find the limit).",
+    )
+    bound_by: str | None = Field(
+        default=None, description="What ends the capacity: ttft, tpot or ladderTop."
+    )
+    requests_per_second: float | None = Field(
+        default=None, description="Requests/s per pod at that concurrency."
+    )
+    output_tokens_per_second: float | None = Field(
+        default=None, description="Output tokens/s per pod at that concurrency."
+    )
+    prefill_tokens_per_second: float | None = Field(
+        default=None, description="Prompt tokens/s of one request alone (prompt / TTFT p50)."
+    )
+    kv_cache_tokens: int | None = Field(default=None, description="KV-cache capacity (tokens).")
+    input_tokens: float | None = Field(
+        default=None, description="The workload measured: mean prompt tokens per request."
+    )
+    output_tokens: int | None = Field(
+        default=None, description="The workload measured: output tokens per request."
+    )
+    workload_source: str | None = Field(
+        default=None,
+        description="objective (spec.objective's inputTokens/outputTokens) or runnerDefault.",
+    )
+    levels: list[CapacityLevel] = Field(
+        default_factory=list, description="The ladder's levels at the objective's percentile."
+    )
+    message: str = Field(default="", max_length=32_768, description="Why, in words.")
+
+
+class CapacityStatus(CapacityFigures):
+    """The serving revision's capacity, and the capacity of a revision being measured."""
+
+    candidate: CapacityFigures | None = Field(
+        default=None,
+        description="The capacity of the revision being measured, where it is not the one "
+        "that serves (a canary's: what the autoscaler will target once it is promoted).",
     )
 
 
@@ -200,6 +276,11 @@ class VLLMServiceStatus(_Model):
     )
     autoscaling: AutoscalingStatus | None = Field(
         default=None, description="The autoscaler's state (when autoscaling is enabled)."
+    )
+    capacity: CapacityStatus | None = Field(
+        default=None,
+        description="The serving revision's capacity against spec.objective (with an "
+        "objective): what the autoscaler targets.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_operator.api.records import Headline, Run
@@ -123,10 +124,12 @@ def judge(
     *,
     name: str | None = None,
     before: str = "",
+    objective: Callable[[Run], list[str]] | None = None,
 ) -> Verdict | None:
     """The gates on `revision`'s completed run (None while there is none); `name`: that run
     (the revision's newest run, a re-run, is the one judged), else the revision's first.
     `before`: the revision that served before it (the baseline and the rollback target).
+    `objective`: the latency objective's gate on the run (decide/capacity.failures).
 
     A run is judged for good once, when its result arrives, with the thresholds of that
     moment; that recorded verdict alone triggers a rollback, so tightening thresholds later
@@ -143,7 +146,9 @@ def judge(
     if current is None:
         return None
     base = baseline(runs, revision, before)
-    failed = tuple(failures(current.headline, t, base.headline if base else None))
+    failed = tuple(failures(current.headline, t, base.headline if base else None)) + tuple(
+        objective(current) if objective is not None else ()
+    )
     recorded = current.verdict
     to_record = None
     if recorded is None:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from vllm_operator.api.records import Run, Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service, VLLMServiceSpec
+from vllm_operator.decide import capacity
 from vllm_operator.decide.gates import (
     FAILED,
     Verdict,
@@ -278,7 +279,7 @@ def canary_wanted(svc: Service, observed: Observed, rev: str) -> bool:
     return bool(
         svc.spec.rollout.canary_settings.enabled
         and bench.enabled
-        and bench.thresholds.any
+        and svc.spec.gated
         and dep is not None
         and dep.get("spec", {}).get("replicas", 1) > 0
         and observed.deployment_revision not in ("", rev)
@@ -318,7 +319,15 @@ def _judge(  # noqa: PLR0917 (one decision's six inputs)
     runs with that verdict in them, for the rest of the decision."""
     bench = svc.spec.benchmark
     rollback = bench.on_failure == "Rollback" and svc.promote != rev  # (promoted by hand)
-    verdict = judge(runs, rev, bench.thresholds, rollback, name=name, before=before)
+    verdict = judge(
+        runs,
+        rev,
+        bench.thresholds,
+        rollback,
+        name=name,
+        before=before,
+        objective=lambda run: capacity.failures(svc, run),
+    )
     if verdict is None or verdict.to_record is None:
         return verdict, runs, None
     data = {VERDICT_KEY: verdict.to_record, VERDICT_FAILURES_KEY: "; ".join(verdict.failures)}
@@ -462,7 +471,7 @@ def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: s
 
     # the target a failure would roll back to is kept, whatever keepRuns says; without gates
     # no verdict can fail, so nothing would ever roll back to it and keepRuns rules
-    gated = bench.thresholds.any
+    gated = svc.spec.gated
     due = target or (rollback_target(runs, rev, before) if gated else None)
     protect = {name, confirm_name} | ({due.name} if due is not None else set())
     return Plan(

@@ -223,6 +223,20 @@ def crd() -> dict[str, Any]:
                         {"name": "Bench", "type": "string", "jsonPath": ".status.benchmark.state"},
                         {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase"},
                         {
+                            "name": "Capacity",
+                            "type": "number",
+                            "jsonPath": ".status.capacity.concurrencyPerPod",
+                            "description": "Requests at once per pod within spec.objective "
+                            "(the serving revision's, measured)",
+                        },
+                        {
+                            "name": "Scale-Target",
+                            "type": "string",
+                            "jsonPath": ".status.autoscaling.targetAverageValue",
+                            "description": "The HPA's per-pod target (policy: "
+                            ".status.autoscaling.policy)",
+                        },
+                        {
                             "name": "Passed",
                             "type": "string",
                             "priority": 1,

@@ -33,6 +33,7 @@ from vllm_operator.render.monitoring import (
     CANARY_OF_LABEL,
     CANARY_OF_REGEX,
     CANARY_OF_SOURCES,
+    IN_FLIGHT_METRIC,
     SERVICE_RELABEL_SOURCE,
     Scope,
     operator_alerts,
@@ -63,7 +64,8 @@ def rules_file() -> dict[str, Any]:
 
 
 def adapter_config() -> dict[str, Any]:
-    """prometheus-adapter's config: the band metric (what the HPA targets) and the raw queue
+    """prometheus-adapter's config: the band metric (what the HPA targets without an
+    objective), the requests in flight (what it targets with one) and the raw queue
     (for people and `kubectl get --raw`), each a pods metric keyed by namespace and pod."""
 
     def pods_rule(metric: str, aggregate: str) -> dict[str, Any]:
@@ -79,7 +81,13 @@ def adapter_config() -> dict[str, Any]:
             "metricsQuery": f"{aggregate} by (<<.GroupBy>>) (<<.Series>>{{<<.LabelMatchers>>}})",
         }
 
-    return {"rules": [pods_rule(BAND_METRIC, "max"), pods_rule(ADAPTER_RAW_QUEUE, "sum")]}
+    return {
+        "rules": [
+            pods_rule(BAND_METRIC, "max"),
+            pods_rule(IN_FLIGHT_METRIC, "sum"),
+            pods_rule(ADAPTER_RAW_QUEUE, "sum"),
+        ]
+    }
 
 
 def adapter_helm_values() -> dict[str, Any]:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic.alias_generators import to_camel
 
 from vllm_operator import GROUP
@@ -68,6 +68,43 @@ class ResultError(_Part):
     message: Text | None = None
 
 
+class ResultLadderPoint(_Part):
+    """One level of the batching ladder: what a latency objective is judged on
+    (decide/capacity.py)."""
+
+    concurrency: Count
+    requests_per_second: Number | None = None
+    output_tokens_per_second: Number | None = None
+    prompt_tokens_mean: Number | None = None
+    ttft_p50_seconds: Number | None = None
+    ttft_p90_seconds: Number | None = None
+    ttft_p95_seconds: Number | None = None
+    ttft_p99_seconds: Number | None = None
+    tpot_p50_seconds: Number | None = None
+    tpot_p90_seconds: Number | None = None
+    tpot_p95_seconds: Number | None = None
+    tpot_p99_seconds: Number | None = None
+
+
+class ResultBatchingSummary(_Part):
+    ladder: list[ResultLadderPoint] | None = None
+
+
+class ResultBatching(_Part):
+    summary: ResultBatchingSummary | None = None
+
+
+class ResultScenarios(_Part):
+    batching: ResultBatching | None = None
+
+
+class ResultConfig(_Part):
+    """The workload the run sent (the runner's settings)."""
+
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+
+
 class ResultDocument(_Part):
     """The keys of result.json the operator reads."""
 
@@ -76,6 +113,16 @@ class ResultDocument(_Part):
     headline: ResultHeadline | None = None
     live_load: ResultLiveLoad | None = None
     errors: list[ResultError] | None = None
+    # the batching ladder and the workload it sent: a latency objective's capacity
+    scenarios: ResultScenarios | None = None
+    config: ResultConfig | None = None
+
+    @field_validator("scenarios", "config", mode="before")
+    @classmethod
+    def _only_objects(cls, value: object) -> object:
+        """Another runner's shape of these (not the object keyed by scenario name) is not
+        read: no capacity, rather than a failed run."""
+        return value if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True)

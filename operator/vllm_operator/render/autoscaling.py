@@ -6,6 +6,13 @@ average dropped below about 20 (n-1)/n. The band metric equals the target while 
 queue lies in (scaleDownQueueDepth, targetQueueDepth], so the replicas hold there; above it
 scales up; at or below scaleDownQueueDepth for the whole scale-down stabilization window
 (300 s) it scales down, one pod a minute.
+
+With a latency objective (spec.objective) and a measured capacity of the serving revision
+(decide/capacity.py; handed in as `target`, requests in flight per pod), the HPA targets the
+requests in flight per pod (running + waiting, `vllm_operator:requests_in_flight`) at that
+value instead: the proportional rule then gives replicas = ceil(in flight / target), the load
+over what one pod serves within the objective (less the headroom). Until the serving revision
+is measured, the band applies. The scale-down keeps the band's stabilization window.
 """
 
 from __future__ import annotations
@@ -15,13 +22,28 @@ from typing import Any
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.render.meta import metadata, selector_labels
-from vllm_operator.render.monitoring import BAND_METRIC
+from vllm_operator.render.monitoring import BAND_METRIC, IN_FLIGHT_METRIC
 
 
-def render_hpa(svc: Service, settings: OperatorSettings) -> dict[str, Any] | None:
+def quantity(x: float) -> str:
+    """A target as a Kubernetes quantity: whole numbers plain, else in thousandths (m)."""
+    milli = round(x * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def render_hpa(
+    svc: Service, settings: OperatorSettings, target: float | None = None
+) -> dict[str, Any] | None:
+    """`target`: the requests in flight per pod the serving revision's capacity allows
+    (decide/capacity.hpa_target), or None: the queue band."""
     a = svc.spec.autoscaling
     if not a.enabled:
         return None
+    metric, value = (
+        (BAND_METRIC, str(a.target_queue_depth))
+        if target is None
+        else (IN_FLIGHT_METRIC, quantity(target))
+    )
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -34,11 +56,8 @@ def render_hpa(svc: Service, settings: OperatorSettings) -> dict[str, Any] | Non
                 {
                     "type": "Pods",
                     "pods": {
-                        "metric": {"name": BAND_METRIC},
-                        "target": {
-                            "type": "AverageValue",
-                            "averageValue": str(a.target_queue_depth),
-                        },
+                        "metric": {"name": metric},
+                        "target": {"type": "AverageValue", "averageValue": value},
                     },
                 }
             ],

@@ -194,10 +194,18 @@ def runner_args(
     flag, so even a runner flag the CRD does not know yet cannot redirect the load (and the
     service's API key, sent as the bearer token) away from the service. `target`: the one pod
     measured (decide/target_pod.py); without one, the Service (every replica, load-balanced)."""
-    b = svc.spec.benchmark
+    b, o = svc.spec.benchmark, svc.spec.objective
+    # the objective's workload shape (the CRD refuses the same flags in benchmark.args)
+    shape = (
+        ()
+        if o is None
+        else (("--input-tokens", o.input_tokens), ("--output-tokens", o.output_tokens))
+    )
+    workload = [x for flag, value in shape if value is not None for x in (flag, str(value))]
     return [
         "run",
         *b.args,
+        *workload,
         "--url",
         target.url if target is not None else endpoint(svc, settings).removesuffix("/v1"),
         "--model",

@@ -63,6 +63,13 @@ BAND_SERVICE_RECORD = "namespace_service:vllm_operator_queue_depth_band"
 # one replica (ceil(1.2 n) >= n + 1) even when the average is just over the target.
 SCALE_UP_FLOOR = 1.2
 
+# ---- the autoscaler's capacity metric (a latency objective: decide/capacity.py) ---------------
+# Requests in flight per pod, running + waiting (over a pod's engines): what the HPA targets at
+# the serving revision's measured capacity less the headroom. One series per vLLM pod.
+IN_FLIGHT_METRIC = "vllm_operator:requests_in_flight"
+RUNNING_METRIC = "vllm:num_requests_running"
+WAITING_METRIC = "vllm:num_requests_waiting"
+
 # ---- the operator's own metrics the rules use (exported by vllm_operator.metrics) ----
 BENCHMARK_PASSED = "vllm_operator_benchmark_passed"
 ROLLBACK_ACTIVE = "vllm_operator_rollback_active"
@@ -338,6 +345,19 @@ def band_rules(scope: Scope, raw_metric: str, high: float, low: float) -> list[d
     ]
 
 
+def in_flight_rules(scope: Scope) -> list[dict[str, Any]]:
+    """The per-pod requests in flight (running + waiting) the capacity target is compared
+    with. `or` keeps a pod that exports one of the two gauges only (the other is 0 there)."""
+    running = f"sum by (namespace, service, pod) ({scope.sel(RUNNING_METRIC)})"
+    waiting = f"sum by (namespace, service, pod) ({scope.sel(WAITING_METRIC)})"
+    return [
+        {
+            "record": IN_FLIGHT_METRIC,
+            "expr": f"({running} + {waiting}) or {running} or {waiting}",
+        }
+    ]
+
+
 # ---- rule groups ----------------------------------------------------------------------------
 
 
@@ -352,7 +372,12 @@ def rule_groups(
     groups: list[dict[str, Any]] = []
     if band is not None:
         raw, high, low = band
-        groups.append({"name": "vllm-autoscaling-band", "rules": band_rules(scope, raw, high, low)})
+        groups.append(
+            {
+                "name": "vllm-autoscaling-band",
+                "rules": band_rules(scope, raw, high, low) + in_flight_rules(scope),
+            }
+        )
     groups.append(
         {
             "name": "vllm-alerts",

@@ -28,6 +28,7 @@ from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
 from vllm_operator.status.autoscaling import _autoscaling
 from vllm_operator.status.benchmark import _benchmark
+from vllm_operator.status.capacity import CapacityView, _capacity
 from vllm_operator.status.conditions import Cond, merge_conditions
 from vllm_operator.status.failures import READ_FAILED, Refusal, synced_condition
 from vllm_operator.status.monitoring import _monitoring
@@ -48,6 +49,9 @@ def compute_status(
     refused: tuple[Refusal, ...] | None = None,
     bench_refused: Refusal | None = None,
     rollout: Rollout | None = None,
+    capacity: CapacityView = None,
+    candidate: CapacityView = None,
+    serving_revision: str = "",
 ) -> dict[str, Any]:
     """`refused`: what this reconcile could not write or read of the children (the
     ChildrenSynced condition; None: not reported). A write refused (not a read: that is
@@ -55,7 +59,9 @@ def compute_status(
     something of serving. `bench_refused`: a benchmark run's write or read that failed, on
     BenchmarkComplete. Ready stays what the observed serving state says. `rollout`: a new
     revision's way through a canary (status.rollout; Progressing while it is measured,
-    Degraded once it is aborted)."""
+    Degraded once it is aborted). `capacity`: the serving revision's (`serving_revision`)
+    capacity against the objective, `candidate`: the revision measured now's
+    (decide/capacity.of_revision)."""
     conds, counts = _rollout(svc, obs)
     status: dict[str, Any] = {
         "observedGeneration": svc.generation,
@@ -66,9 +72,11 @@ def compute_status(
     }
     if revision:
         status["revision"] = revision
-    autoscaling, autoscaling_conds = _autoscaling(svc, obs, settings)
+    autoscaling, autoscaling_conds = _autoscaling(svc, obs, settings, capacity)
     if autoscaling is not None:
         status["autoscaling"] = autoscaling
+    if (shown_capacity := _capacity(svc, capacity, candidate, serving_revision)) is not None:
+        status["capacity"] = shown_capacity
     conds += autoscaling_conds + _monitoring(svc, monitoring_crds)
     if bench is not None:
         status["benchmark"], bench_conds = _benchmark(svc, bench)

@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 from typing import Any
 
+from vllm_operator.api.records import Capacity
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import RELEASE_HOLD_ANNOTATION, Service
 from vllm_operator.observe.state import Observed
@@ -14,6 +15,8 @@ from vllm_operator.render.deployment import (
     REPLICAS_HELD_ANNOTATION,
     REPLICAS_HELD_SINCE_ANNOTATION,
 )
+from vllm_operator.render.monitoring import IN_FLIGHT_METRIC
+from vllm_operator.status.capacity import CapacityView
 from vllm_operator.status.conditions import Cond
 
 
@@ -49,8 +52,38 @@ def _hold(
     ]
 
 
+def _policy(svc: Service, metric: str | None, capacity: CapacityView) -> dict[str, str]:
+    """status.autoscaling's policy and where its target comes from, in words."""
+    a = svc.spec.autoscaling
+    if metric == IN_FLIGHT_METRIC and isinstance(capacity, Capacity):
+        o = svc.spec.objective
+        headroom = o.headroom_percent if o is not None else 0
+        return {
+            "policy": "Capacity",
+            "targetFrom": (
+                f"{100 - headroom}% of revision {capacity.revision}'s "
+                f"{capacity.concurrency_per_pod:g} requests in flight per pod within the "
+                f"objective (run {capacity.run}, {capacity.measured_at})"
+            ),
+        }
+    why = "autoscaling.targetQueueDepth"
+    if svc.spec.objective is not None:
+        if capacity is None:
+            why += ": the serving revision's capacity is not measured yet"
+        elif isinstance(capacity, str):
+            why += f": no capacity ({capacity})"
+        elif capacity.concurrency_per_pod <= 0:
+            why += f": revision {capacity.revision} meets the objective not even one at a time"
+        else:
+            why += ": the HorizontalPodAutoscaler is being moved to the capacity target"
+    return {
+        "policy": "QueueBand",
+        "targetFrom": f"{why} (scale down at <= {a.scale_down_queue_depth} waiting per pod)",
+    }
+
+
 def _autoscaling(
-    svc: Service, obs: Observed, settings: OperatorSettings
+    svc: Service, obs: Observed, settings: OperatorSettings, capacity: CapacityView = None
 ) -> tuple[dict[str, Any] | None, list[Cond]]:
     """status.autoscaling and the AutoscalingActive condition: the HPA's own ScalingActive
     condition (status, reason and message as the HPA controller wrote them), so that an
@@ -90,6 +123,7 @@ def _autoscaling(
                 pods_metrics[0].get("target", {}).get("averageValue") if pods_metrics else None
             ),
             "lastScaleTime": st.get("lastScaleTime"),
+            **_policy(svc, metric, capacity),
         }.items()
         if v is not None
     }

@@ -78,7 +78,7 @@ def test_generated_rules_file_passes_promtool_check(promtool: str, tmp_path: Pat
     path = tmp_path / "vllm-alerts.rules.yaml"
     path.write_text(render_files()["vllm-alerts.rules.yaml"])
     out = run_promtool(promtool, "check", "rules", str(path), cwd=tmp_path)
-    assert "SUCCESS: 14 rules found" in out
+    assert "SUCCESS: 15 rules found" in out
 
 
 def test_committed_rules_file_is_the_generated_one() -> None:
@@ -98,12 +98,12 @@ def test_rendered_prometheus_rule_passes_promtool_check(
     out = run_promtool(
         promtool, "check", "rules", str(write_rules(tmp_path, rule["spec"]["groups"])), cwd=tmp_path
     )
-    assert f"SUCCESS: {14 if autoscaling else 9} rules found" in out
+    assert f"SUCCESS: {15 if autoscaling else 9} rules found" in out
 
 
 def test_every_query_is_listed_for_the_live_test() -> None:
-    assert len(rule_queries()) == 14
-    board = all_queries("ns", "svc")[14:]
+    assert len(rule_queries()) == 15
+    board = all_queries("ns", "svc")[15:]
     assert len(board) == 29
     # the canary-vs-stable row selects the service's stable pods and its canary's
     assert sum('service=~"svc|svc-canary"' in q for q in board) == 4

@@ -668,6 +668,8 @@ def test_autoscaling_carries_the_hpas_own_scaling_active_and_numbers() -> None:
         "currentAverageValue": "24",
         "targetAverageValue": "20",
         "lastScaleTime": "2030-01-01T00:04:00Z",
+        "policy": "QueueBand",
+        "targetFrom": "autoscaling.targetQueueDepth (scale down at <= 2 waiting per pod)",
     }
     assert cond(st, "AutoscalingActive") == {
         "type": "AutoscalingActive",
@@ -703,6 +705,8 @@ def test_no_custom_metrics_api_shows_on_the_service() -> None:
         "desiredReplicas": 2,
         "metric": "vllm_operator:queue_depth_band",
         "targetAverageValue": "20",
+        "policy": "QueueBand",
+        "targetFrom": "autoscaling.targetQueueDepth (scale down at <= 2 waiting per pod)",
     }
     # unchanged: the transition time stays
     assert cond(st, "AutoscalingActive") == {
