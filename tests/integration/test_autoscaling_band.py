@@ -38,9 +38,13 @@ from vllm_localenv.monitoring import (
     prometheus_config,
     rules_file,
 )
+from vllm_operator.api.quantity import parse_quantity
+from vllm_operator.api.records import Capacity, Run
 from vllm_operator.api.settings import OperatorSettings
+from vllm_operator.decide import capacity
 from vllm_operator.render.autoscaling import render_hpa
 from vllm_operator.render.deployment import render_deployment
+from vllm_operator.render.monitoring import IN_FLIGHT_METRIC
 
 pytestmark = pytest.mark.cluster
 
@@ -51,6 +55,7 @@ WINDOW = 30  # scaleDownStabilizationSeconds, shortened from 300 for the test
 @dataclass
 class Load:
     total: float = 0.0  # the service's total queue, spread over the running pods
+    running: float = 0.0  # the requests its pods run (vllm:num_requests_running), spread too
     pods: list[str] = field(default_factory=list)
 
 
@@ -65,8 +70,12 @@ class Rig:
 def _handler(load: Load) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            per_pod = load.total / max(1, len(load.pods))
-            body = f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {per_pod}\n'.encode()
+            pods = max(1, len(load.pods))
+            per_pod, running = load.total / pods, load.running / pods
+            body = (
+                f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {per_pod}\n'
+                f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -194,21 +203,21 @@ class HpaView:
     current: int
     desired: int
     scaling_active: str
-    metric: str
+    metric: str  # its current per-pod value
+    name: str = ""  # the metric's name
 
 
 def hpa(rig: Rig) -> HpaView:
     h = rig.auto.read_namespaced_horizontal_pod_autoscaler(NAME, NS)
     conds = {c.type: c for c in h.status.conditions or []}
     active = conds.get("ScalingActive")
-    metric = next(
-        (m.pods.current.average_value for m in h.status.current_metrics or [] if m.pods), ""
-    )
+    current = next((m.pods for m in h.status.current_metrics or [] if m.pods), None)
     return HpaView(
         h.status.current_replicas or 0,
         h.status.desired_replicas or 0,
         f"{active.status}/{active.reason}" if active else "",
-        str(metric),
+        str(current.current.average_value) if current else "",
+        current.metric.name if current else "",
     )
 
 
@@ -262,3 +271,65 @@ def test_band_scales_up_above_holds_inside_and_scales_down_after_the_window(rig:
     assert view.desired == 4, view  # one pod a minute (the rendered scale-down policy)
     assert down >= WINDOW - 2, f"scaled down after {down:.1f} s, before the {WINDOW} s window"
     print(f"queue at/below 2 -> scale-down decision: {down:.1f} s (window {WINDOW} s)")
+
+
+def test_with_an_objective_the_hpa_follows_the_measured_capacity(rig: Rig) -> None:
+    """The capacity policy (issue 33), live: the HPA the operator renders for a service with a
+    latency objective, from a revision whose ladder meets TTFT p95 <= 0.5 s up to 9 requests
+    at once per pod (target 9 less 20% headroom = 7.2 in flight per pod), acting on
+    vllm_operator:requests_in_flight (the shipped recording rule: running + waiting) served by
+    prometheus-adapter. Runs after the band test (the same rig): from its replicas on."""
+    svc = service(
+        "tinyllama",
+        {
+            "autoscaling": {"scaleDownStabilizationSeconds": WINDOW},
+            "objective": {"ttftSeconds": 0.5, "percentile": 95},
+        },
+    ).model_copy(update={"name": NAME, "namespace": NS})
+    points = [
+        {
+            "concurrency": c,
+            "requestsPerSecond": float(c),
+            "outputTokensPerSecond": 30.0 * c,
+            "promptTokensMean": 128.0,
+            "ttftP95Seconds": 0.05 + 0.05 * c,
+        }
+        for c in (1, 2, 4, 8, 16)
+    ]
+    run = Run(
+        "r1",
+        "llama-bench-r1",
+        "2030-01-01T00:00:00Z",
+        "Complete",
+        "{}",
+        {"scenarios": {"batching": {"summary": {"ladder": points}}}},
+    )
+    measured = capacity.derive(svc.spec.objective, run)  # type: ignore[arg-type]
+    assert isinstance(measured, Capacity)
+    target = capacity.hpa_target(svc, measured)
+    assert target == pytest.approx(7.2)
+    manifest = render_hpa(svc, OperatorSettings(), target)
+    assert manifest is not None
+    manifest["metadata"].pop("ownerReferences")
+    rig.cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(manifest))
+    # 40 requests in flight in all (36 running, 4 waiting): ceil(40 / 7.2) = 6 pods, whatever
+    # the pods now (the HPA's proportional rule on the per-pod average)
+    rig.load.total, rig.load.running = 4, 36
+    wait_for(
+        "Prometheus to record 40 in flight",
+        lambda: [
+            r
+            for r in query(rig.prometheus, f'sum({IN_FLIGHT_METRIC}{{namespace="{NS}"}})')
+            if abs(float(r["value"][1]) - 40) < 0.01
+        ],
+    )
+    up, view = wait(
+        rig,
+        "the HPA on the capacity metric wanting 6 pods",
+        lambda v: v.name == IN_FLIGHT_METRIC and v.desired == 6,
+        timeout=180,
+    )
+    print(f"\n40 in flight at a 7.2 target -> {view.desired} pods wanted in {up:.1f} s")
+    _, view = wait(rig, "6 pods running", lambda v: v.current == 6, timeout=180)
+    # at 6 pods the per-pod value is 40 / 6 = 6.67, inside the HPA's tolerance of 7.2: it holds
+    assert 6.0 <= float(parse_quantity(view.metric)) <= 7.2, view

@@ -289,6 +289,33 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
             "-tp2",
         )
     ],
+    # a latency objective (issue 33): a latency to meet, measured by the batching ladder
+    (
+        "objective-without-a-latency",
+        _set("spec.objective", {"percentile": 95}),
+        ("spec.objective", "objective needs ttftSeconds, tpotSeconds or both"),
+    ),
+    (
+        "objective-percentile-97",
+        _set("spec.objective", {"ttftSeconds": 0.5, "percentile": 97}),
+        ("spec.objective.percentile", "Unsupported value: 97"),
+    ),
+    (
+        "objective-without-batching",
+        _both(
+            _set("spec.objective", {"ttftSeconds": 0.5}),
+            _set("spec.benchmark.scenarios", ["capacity", "prefix"]),
+        ),
+        ("spec.objective", "objective needs benchmark.enabled and the batching scenario"),
+    ),
+    (
+        "objective-and-benchmark-args-both-set-the-shape",
+        _both(
+            _set("spec.objective", {"tpotSeconds": 0.05, "outputTokens": 256}),
+            _set("spec.benchmark.args", ["--output-tokens=64"]),
+        ),
+        ("spec.benchmark.args", "must not set --input-tokens or --output-tokens"),
+    ),
     # runner flags the operator sets on the benchmark Job, and ways of spelling them
     *[
         (
@@ -360,6 +387,8 @@ def test_values_at_the_edge_of_each_rule_are_accepted(
         ]
     }
     spec["benchmark"] = {"args": ["--requests", "4", "--max-rps=5", "--seed", "-1"]}
+    # an objective beside benchmark.args that leave its workload alone
+    spec["objective"] = {"ttftSeconds": 0.5, "percentile": 99, "inputTokens": 512}
     res = kubectl_apply(cluster, namespace, manifest)
     assert res.returncode == 0, res.stderr
 

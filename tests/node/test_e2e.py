@@ -141,6 +141,40 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     assert job_pods[0]["spec"]["nodeName"] == NODE_NAME
     assert job_pods[0]["spec"]["containers"][0]["image"] == "localhost/vllm-bench:dev"
 
+    # a latency objective (issue 33) derived from this server's own ladder: TTFT p95 just above
+    # the most it measured up to 4 requests at once, so the capacity the operator derives from
+    # the real run is at least 4 per pod (and below the first level that breaks it, if any).
+    # An objective is a gate, which sends a new revision through a canary: off here (two vLLM
+    # pods do not fit on the node; the canary has its own node tests)
+    cm = _json(lc, "get", "configmap", bench["job"], "-n", ns)
+    ladder = json.loads(cm["data"]["result.json"])["scenarios"]["batching"]["summary"]["ladder"]
+    at = {p["concurrency"]: p for p in ladder}
+    low = max(p["ttftP95Seconds"] for c, p in at.items() if c <= 4)
+    objective = {"ttftSeconds": round(low * 1.01, 4), "percentile": 95}
+    change = {"objective": objective, "rollout": {"canary": {"enabled": False}}}
+    lc.kubectl(
+        "patch", "vllmservice", SERVICE, "-n", ns, "--type=merge",
+        "-p", json.dumps({"spec": change}),
+    )  # fmt: skip
+
+    def measured_capacity(job: str) -> dict[str, Any] | None:
+        shown = _json(lc, "get", "vllmservice", SERVICE, "-n", ns)["status"].get("capacity")
+        return shown if shown and shown.get("run") == job else None
+
+    shown = wait_for("status.capacity from the run", lambda: measured_capacity(bench["job"]))
+    assert shown["revision"] == bench["revision"], shown
+    assert shown["concurrencyPerPod"] >= 4, (shown, objective)
+    broken = [
+        c for c, p in sorted(at.items()) if c > 4 and p["ttftP95Seconds"] > objective["ttftSeconds"]
+    ]
+    if broken:
+        assert shown["concurrencyPerPod"] <= broken[0], (shown, objective)
+    assert [lvl["concurrency"] for lvl in shown["levels"]] == sorted(at), shown
+    print(
+        f"\nobjective {objective}: capacity {shown['concurrencyPerPod']} per pod "
+        f"({shown['boundBy']})"
+    )
+
     # a spec change rolls the pod for real; two vLLM pods do not fit on the node at once, so
     # only maxSurge 0 lets this rollout finish
     node = _json(lc, "get", "node", NODE_NAME)
@@ -169,4 +203,10 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     assert [p["metadata"]["name"] for p in new_pods] != [pod["metadata"]["name"]]
     assert "--max-num-seqs" in new_pods[0]["spec"]["containers"][0]["args"]
     assert second["status"]["benchmark"]["outputTokensPerSecond"] > 0
+    # the capacity is re-derived from the new revision's own run
+    again = wait_for(
+        "status.capacity of the new revision",
+        lambda: measured_capacity(second["status"]["benchmark"]["job"]),
+    )
+    assert again["revision"] == second["status"]["benchmark"]["revision"] != bench["revision"]
     assert _condition(second, "Ready").get("status") == "True"
