@@ -10,7 +10,11 @@ runner against `vllm bench serve`.
 part's own plots into RESULTS_DIR/PART/ (serial vs concurrent, the concurrent requests with
 the wall time, prefix cold vs warm, ...), and the two that compare parts into
 RESULTS_DIR/lab2/: naive_vs_vllm_per_request.png (lab2-naive against lab2's serial phase)
-and max_model_len.png (lab2 against lab2-512).
+and max_model_len.png (lab2 against lab2-512); the same for the preset parts into
+RESULTS_DIR/lab2-lab/ (with lab_streaming.png) and lab 1's own two charts into
+RESULTS_DIR/lab1-engine/. The report ends with the preset parts' figures by the labs' own
+definitions beside what lab 2 printed, each under the card it ran on (RESULTS_DIR/devices.json;
+the H200 where it names none).
 
 RESULTS_DIR holds what benchmarks/gpu/run_all.sh packed (results/*.json, results/*/result.json).
 Roofline: 4.24 TB/s device-to-device copy bandwidth measured on the H200 (GPU.md), weights
@@ -324,6 +328,129 @@ def commands(results: Path) -> list[str]:
     return lines
 
 
+# the lab presets' figures (scenarios.*.lab.figures) against what lab 2 printed
+# (lab_texts.json's lab_figures; lab 1 prints none), per part
+LAB2_PRINTED = {
+    "lab2-lab": {
+        "smokeLatencySeconds": "smoke_latency_s",
+        "sequentialLatencySeconds": "vllm_sequential_s",
+        "sequentialAvgSeconds": "vllm_sequential_avg_s",
+        "concurrentLatencySeconds": "concurrent_latency_s",
+        "concurrentOutputTokens": "concurrent_tokens",
+        "concurrentWallSeconds": "concurrent_wall_s",
+        "concurrentAvgSeconds": "concurrent_avg_s",
+        "concurrentTotalTokens": "concurrent_total_tokens",
+        "concurrentOutputTokensPerSecond": "concurrent_tok_s",
+        "concurrentSerialSumSeconds": "concurrent_serial_sum_s",
+        "ttftMs": "streaming_ttft_ms",
+        "totalSeconds": "streaming_total_s",
+        "tokens": "streaming_tokens",
+        "tokensPerSecond": "streaming_tok_s",
+    },
+    "lab2-512-lab": {
+        "concurrentWallSeconds": "tuned_512_wall_s",
+        "concurrentAvgSeconds": "tuned_512_avg_s",
+        "concurrentOutputTokensPerSecond": "tuned_512_tok_s",
+    },
+}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return " / ".join(_cell(v) for v in value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def presets_table(results: Path) -> list[str]:
+    """The parts run with the labs' own texts (--preset): every figure by the lab's own
+    definition beside what the lab printed and the runner's own figure for it; the card each
+    part ran on from devices.json beside the results (the H200 where it names none)."""
+    devices_path = results / "devices.json"
+    devices = json.loads(devices_path.read_text()) if devices_path.exists() else {}
+    try:
+        from vllm_bench import lab_texts  # noqa: PLC0415
+
+        printed = lab_texts.texts()["lab2_llama3_8b"]["lab_figures"]
+    except Exception:  # noqa: BLE001 - the lab column stays empty
+        printed = {}
+    lines: list[str] = []
+    for part in ("lab1-engine", "lab2-lab", "lab2-512-lab"):
+        doc = load(results, part)
+        if not doc or not doc.get("runner"):
+            continue
+        runner = doc["runner"]
+        card = devices.get(part, devices.get("_default", "NVIDIA H200"))
+        env = runner.get("environment", {})
+        stand_ins = runner.get("config", {}).get("presetStandIns")
+        server = doc.get("server", {})
+        heading = (
+            f"### {part}: --preset {runner.get('config', {}).get('preset')} on {card}, "
+            f"vLLM {env.get('serverVersion', '?')}, max_model_len {env.get('maxModelLen')}"
+        )
+        started = (
+            f"Server: `{server.get('command', '?')}` (up in {server.get('startSeconds', '?')} "
+            f"s). Stand-in texts: {stand_ins if stand_ins else 'none'}."
+        )
+        lines += [
+            heading,
+            "",
+            started,
+            "",
+            *(["Lab 1 prints no figures of its own: its column stays empty.", ""]
+              if part == "lab1-engine" else []),
+            row("scenario", "lab's figure", "lab printed", "this run", "runner's own figure"),
+            row(*["---"] * 5),
+        ]  # fmt: skip
+        for name, sc in runner.get("scenarios", {}).items():
+            lab = sc.get("lab", {})
+            beside = lab.get("runnerFigures", {})
+            for key, value in lab.get("figures", {}).items():
+                own = beside.get(key)
+                own_cell = f"{own} = {_cell(sc.get('summary', {}).get(own))}" if own else ""
+                lab_key = LAB2_PRINTED.get(part, {}).get(key)
+                lines.append(
+                    row(name, key, _cell(printed.get(lab_key)) if lab_key else "",
+                        _cell(value), own_cell)
+                )  # fmt: skip
+            if not lab.get("figures") and lab.get("note"):
+                lines.append(row(name, "—", "", lab["note"], ""))
+        lines.append("")
+    naive = load(results, "lab2-naive-fp16")
+    if naive:
+        card = devices.get("lab2-naive-fp16", devices.get("_default", "NVIDIA H200"))
+        skip = int(naive.get("warmupDiscarded") or 0)
+        measured = naive.get("samples", [])[skip:]
+        heading = (
+            f"### lab2-naive-fp16: transformers generate() on {card} "
+            f"(chat template: {naive.get('chatTemplate')}; {naive.get('sampling')})"
+        )
+        lines += [
+            heading,
+            "",
+            row("figure", "lab printed", "this run"),
+            row(*["---"] * 3),
+            row("per request (s)", _cell(printed.get("naive_per_request_s")),
+                _cell([s["latencySeconds"] for s in measured])),
+            row("tokens", _cell(printed.get("naive_tokens")),
+                _cell([s["outputTokens"] for s in measured])),
+            row("mean per request (s)", _cell(printed.get("naive_avg_s")),
+                _cell(sum(s["latencySeconds"] for s in measured) / len(measured))
+                if measured else "—"),
+            row("tok/s (median)", _cell(printed.get("naive_tok_s")),
+                _cell(naive.get("outputTokensPerSecond"))),
+            "",
+        ]  # fmt: skip
+    return lines
+
+
 def _lab_figures(doc: dict[str, Any], name: str) -> dict[str, Any]:
     """A preset run's figures by the lab's own definitions (the scenario's `lab`)."""
     lab = doc.get("scenarios", {}).get(name, {}).get("lab", {})  # doc: the runner's result
@@ -401,13 +528,60 @@ def plot_lab1_cold_vs_warm(doc: dict[str, Any]) -> Any:
     return fig
 
 
+def _naive_title_and_room(fig: Any, naive: dict[str, Any], runner: dict[str, Any]) -> Any:
+    """Lab 2's per-request chart as the lab titles it (the average speed-up: the naive mean
+    latency over vLLM's), with head room so that the legend covers no bar label."""
+    skip = int(naive.get("warmupDiscarded") or 0)
+    slow = [s["latencySeconds"] for s in naive.get("samples", [])[skip:]]
+    batching = runner.get("scenarios", {}).get("batching", {})
+    fast = [x["latencySeconds"] for x in batching.get("samples", []) if x["phase"] == "serial"]
+    fast = fast[: len(slow)]
+    ax = fig.axes[0]
+    if slow and fast:
+        speedup = (sum(slow) / len(slow)) / (sum(fast) / len(fast))
+        ax.set_title(f"{ax.get_title()}: vLLM {speedup:.1f}x faster on average")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high * 1.2)
+    ax.legend(loc="upper center", ncol=2)
+    return fig
+
+
+def plot_lab2_streaming(doc: dict[str, Any]) -> Any:
+    """Lab 2's streaming chart by its own step: its one streamed request (the streaming
+    scenario's first sample, lab.figures' source), tokens received against time, with dashed
+    lines at the first token and at the end."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    streaming = doc.get("scenarios", {}).get("streaming", {})
+    f = streaming.get("lab", {}).get("figures", {})
+    samples = [s for s in streaming.get("samples", []) if s.get("tokenTimesSeconds")]
+    if not f or not samples:
+        return None
+    times = samples[0]["tokenTimesSeconds"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.step(times, range(1, len(times) + 1), where="post", color="tab:blue",
+            label="stream events received")  # fmt: skip
+    ttft, total = f["ttftMs"] / 1000, f["totalSeconds"]
+    ax.axvline(ttft, color="tab:red", linestyle="--", label=f"TTFT {f['ttftMs']:.1f} ms")
+    ax.axvline(total, color="black", linestyle="--", label=f"total {total:.2f} s")
+    ax.set(
+        xlabel="time since the request was sent (s)",
+        ylabel="tokens received",
+        title=f"Lab 2: streaming one answer (its own step): {f['tokens']} tokens, "
+        f"{f['tokensPerSecond']:.0f} tok/s",
+    )
+    ax.legend(loc="upper left")
+    return fig
+
+
 def write_lab_plots(results: Path) -> list[Path]:
     """The labs' charts from the results, drawn by the runner's report; for the preset
     runs (lab1-engine, lab2-lab, lab2-512-lab) also the labs' own charts by their steps:
     lab 1's baseline vs batch and cold vs warm; lab 2's naive vs vLLM per request (lab2-naive-
     fp16 against lab2-lab's sequential run of the same 5 prompts) and max_model_len 2048 vs 512
-    (lab2-lab against lab2-512-lab); its concurrent requests and its streaming timeline are
-    the runner's concurrent_requests.png and token_timeline.png of lab2-lab."""
+    (lab2-lab against lab2-512-lab), its streaming answer with dashed TTFT and total lines
+    (lab2-lab/lab_streaming.png); its concurrent requests are the runner's
+    concurrent_requests.png of lab2-lab (token_timeline.png: all ten streams)."""
     from vllm_bench import report  # noqa: PLC0415 - matplotlib only for --plots
 
     written: list[Path] = []
@@ -427,10 +601,10 @@ def write_lab_plots(results: Path) -> list[Path]:
             )
     naive_lab = load(results, "lab2-naive-fp16")
     if naive_lab and "lab2-lab" in runs:
-        fig = report.plot_naive_vs_vllm_per_request(
-            naive_lab, _as_serial(runs["lab2-lab"], "lab-sequential")
-        )
+        sequential = _as_serial(runs["lab2-lab"], "lab-sequential")
+        fig = report.plot_naive_vs_vllm_per_request(naive_lab, sequential)
         if fig is not None:
+            fig = _naive_title_and_room(fig, naive_lab, sequential)
             written.append(
                 report.save_figure(fig, results / "lab2-lab" / "naive_vs_vllm_per_request.png")
             )
@@ -446,14 +620,15 @@ def write_lab_plots(results: Path) -> list[Path]:
         fig = report.plot_context_lengths(lengths)
         if fig is not None:
             written.append(report.save_figure(fig, results / folder / "max_model_len.png"))
-    if "lab1-engine" in runs:
-        for name, make in (
-            ("lab_baseline_vs_batch.png", plot_lab1_baseline_vs_batch),
-            ("lab_cold_vs_warm.png", plot_lab1_cold_vs_warm),
-        ):
-            fig = make(runs["lab1-engine"])
-            if fig is not None:
-                written.append(report.save_figure(fig, results / "lab1-engine" / name))
+    # the labs' own charts by their steps, drawn here (not by the runner's report)
+    for part, name, make in (
+        ("lab2-lab", "lab_streaming.png", plot_lab2_streaming),
+        ("lab1-engine", "lab_baseline_vs_batch.png", plot_lab1_baseline_vs_batch),
+        ("lab1-engine", "lab_cold_vs_warm.png", plot_lab1_cold_vs_warm),
+    ):
+        fig = make(runs[part]) if part in runs else None
+        if fig is not None:
+            written.append(report.save_figure(fig, results / part / name))
     return written
 
 
@@ -480,6 +655,9 @@ def main() -> None:
         "",
         *upstream_table(results),
         "",
+        "## The lab presets with the labs' own texts (issue 35)",
+        "",
+        *presets_table(results),
         *commands(results),
     ]
     print("\n".join(lines))
