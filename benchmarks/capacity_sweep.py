@@ -44,6 +44,17 @@ from vllm_operator.api.spec import ObjectiveSpec  # noqa: E402
 from vllm_operator.decide import capacity  # noqa: E402
 
 
+def objective_flags(args: argparse.Namespace) -> list[str]:
+    """The objective, as the operator passes it (render/benchmark.runner_args): the ladder
+    then refines between the levels it crosses between; --no-refine: the powers of two alone
+    (what a runner without the objective measured, for the comparison)."""
+    if args.no_refine:
+        return []
+    flags = [("--objective-ttft", args.ttft), ("--objective-tpot", args.tpot)]
+    out = [x for flag, v in flags if v is not None for x in (flag, str(v))]
+    return [*out, "--objective-percentile", str(args.percentile)]
+
+
 def ladder_run(args: argparse.Namespace) -> dict[str, Any]:
     """The runner's batching scenario, as the benchmark Job runs it."""
     with tempfile.TemporaryDirectory() as out:
@@ -52,6 +63,7 @@ def ladder_run(args: argparse.Namespace) -> dict[str, Any]:
             "--scenarios", "batching", "--out", out, "--max-concurrency",
             str(args.max_concurrency), "--input-tokens", str(args.input_tokens),
             "--output-tokens", str(args.output_tokens), "--max-duration-seconds", "3000",
+            *objective_flags(args),
         ]  # fmt: skip
         env = {"PYTHONPATH": str(ROOT / "runner")}
         subprocess.run(cmd, check=True, env={**os.environ, **env})
@@ -79,8 +91,9 @@ async def sweep(args: argparse.Namespace, o: ObjectiveSpec) -> list[dict[str, An
             started = time.perf_counter()
             done = await asyncio.gather(*(one() for _ in range(n)))
             wall = time.perf_counter() - started
-            ttft = percentile([d.ttft for d in done if d.ttft is not None], o.percentile)
-            tpot = percentile([d.tpot for d in done if d.tpot is not None], o.percentile)
+            steady = done[c:]  # after the first wave, as the ladder reads its levels
+            ttft = percentile([d.ttft for d in steady if d.ttft is not None], o.percentile)
+            tpot = percentile([d.tpot for d in steady if d.tpot is not None], o.percentile)
             holds = (o.ttft_seconds is None or (ttft is not None and ttft <= o.ttft_seconds)) and (
                 o.tpot_seconds is None or (tpot is not None and tpot <= o.tpot_seconds)
             )
@@ -110,6 +123,7 @@ def main() -> None:
     p.add_argument("--input-tokens", type=int, default=128)
     p.add_argument("--output-tokens", type=int, default=32)
     p.add_argument("--requests-per-level", type=int, default=3)
+    p.add_argument("--no-refine", action="store_true", help="the ladder's powers of two alone")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     o = ObjectiveSpec.model_validate(

@@ -255,6 +255,31 @@ def build_parser(run_defaults: dict[str, object] | None = None) -> argparse.Argu
         help="generate exactly --output-tokens (default; --no-ignore-eos: stop at EOS, "
         "--output-tokens is a cap)",
     )
+    objective = run.add_argument_group(
+        "latency objective (batching): the ladder also measures the concurrencies between "
+        "its last level that meets it and the first that does not"
+    )
+    objective.add_argument(
+        "--objective-ttft",
+        type=_positive(float),
+        default=None,
+        metavar="SECONDS",
+        help="time to first token the objective allows",
+    )
+    objective.add_argument(
+        "--objective-tpot",
+        type=_positive(float),
+        default=None,
+        metavar="SECONDS",
+        help="time per output token the objective allows",
+    )
+    objective.add_argument(
+        "--objective-percentile",
+        type=int,
+        choices=(50, 90, 95, 99),
+        default=95,
+        help="the percentile both are judged at (default 95)",
+    )
     naive = run.add_argument_group("naive baseline (scenario naive)")
     naive.add_argument("--naive-model-dir", help="the served model's weights on local disk")
     naive.add_argument(
@@ -338,6 +363,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ignore_eos=args.ignore_eos,
         sampling_seed=args.sampling_seed,
         preset=args.preset,
+        objective_ttft_seconds=args.objective_ttft,
+        objective_tpot_seconds=args.objective_tpot,
+        objective_percentile=args.objective_percentile,
         preset_stand_ins=preset.stand_ins if preset else (),
         preset_max_tokens=args.output_tokens if preset else None,
         preset_temperature=args.temperature if preset else None,

@@ -171,7 +171,7 @@ def test_batching_concurrent_beats_serial_and_requests_queue(full_run: dict[str,
     samples = full_run["doc"]["scenarios"]["batching"]["samples"]
     assert len([x for x in samples if x["phase"] == "serial"]) == 32
     assert s["concurrentPeakInFlight"] > 16
-    assert len([x for x in samples if x["phase"] == "ladder-32"]) == 64
+    assert len([x for x in samples if x["phase"] == "ladder-32"]) == 96  # ladder_requests: 3c
     assert {x["outputTokens"] for x in samples} == {OUTPUT_TOKENS}  # ignore_eos: fixed length
     timeline = full_run["doc"]["scenarios"]["batching"]["serverTimeline"]
     assert max(p["waiting"] for p in timeline) == s["peakQueueDepth"]

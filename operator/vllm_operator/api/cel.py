@@ -68,6 +68,10 @@ OWNED_RUNNER_ARGS: tuple[str, ...] = (
     "--out",
     "--max-duration-seconds",
     "--api-key",
+    # spec.objective's latencies (the ladder refines around them)
+    "--objective-ttft",
+    "--objective-tpot",
+    "--objective-percentile",
 )
 _RUNNER_CEL = "[" + ", ".join(f"'{o}'" for o in OWNED_RUNNER_ARGS) + "]"
 # a value that starts with a dash, which argparse reads as a value, not an option

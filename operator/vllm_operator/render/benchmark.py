@@ -202,6 +202,22 @@ def runner_args(
         else (("--input-tokens", o.input_tokens), ("--output-tokens", o.output_tokens))
     )
     workload = [x for flag, value in shape if value is not None for x in (flag, str(value))]
+    # the objective itself: the runner's ladder then measures the concurrencies around where
+    # latency crosses it (scenarios/batching.refine), what decide/capacity reads the capacity off
+    judged = (
+        []
+        if o is None
+        else [
+            x
+            for flag, value in (
+                ("--objective-ttft", o.ttft_seconds),
+                ("--objective-tpot", o.tpot_seconds),
+                ("--objective-percentile", o.percentile),
+            )
+            if value is not None
+            for x in (flag, str(value))
+        ]
+    )
     return [
         "run",
         *b.args,
@@ -216,6 +232,7 @@ def runner_args(
         RESULTS_DIR,
         "--max-duration-seconds",
         str(max(b.timeout_seconds - RUNNER_DEADLINE_MARGIN_SECONDS, 5)),
+        *judged,
     ]
 
 

@@ -61,6 +61,12 @@ class BenchConfig:
     preset_max_tokens: int | None = None
     preset_temperature: float | None = None
     preset_texts_sha256: str | None = None  # the digest of the lab texts a preset sent
+    # a latency objective (the operator's spec.objective): the batching ladder then also
+    # measures the integer concurrencies between its last level that meets it and the first
+    # that does not (batching.refine), so that the capacity is not read off a straight line
+    objective_ttft_seconds: float | None = None
+    objective_tpot_seconds: float | None = None
+    objective_percentile: int = 95
 
     def as_document(self) -> dict[str, Any]:
         """camelCase keys, as in the result document."""

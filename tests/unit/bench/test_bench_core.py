@@ -36,8 +36,14 @@ from vllm_bench.results import (
 )
 from vllm_bench.rounds import merge_summaries, summary_spread
 from vllm_bench.runner import normalise_url, scenario_document
-from vllm_bench.scenarios.base import ScenarioResult, empty_counts
-from vllm_bench.scenarios.batching import ladder_levels, ladder_requests, saturation_point
+from vllm_bench.scenarios.base import BenchConfig, ScenarioResult, empty_counts
+from vllm_bench.scenarios.batching import (
+    bracket,
+    ladder_levels,
+    ladder_requests,
+    meets,
+    saturation_point,
+)
 from vllm_bench.scenarios.capacity import max_sequences
 from vllm_bench.stats import distribution, knee, peak_overlap, percentile, spread
 from vllm_bench.workload import PromptFactory
@@ -97,7 +103,7 @@ def test_ladder_levels_and_kv_capacity_arithmetic() -> None:
     assert ladder_levels(32) == [1, 2, 4, 8, 16, 32]
     assert ladder_levels(20) == [1, 2, 4, 8, 16, 20]
     assert ladder_levels(1) == [1]
-    assert [ladder_requests(c) for c in (1, 4, 8, 32)] == [8, 8, 16, 64]
+    assert [ladder_requests(c) for c in (1, 4, 8, 32)] == [8, 12, 24, 96]
     # 8192 blocks of 32 tokens; a 2048-token sequence needs 64 blocks
     assert max_sequences(8192, 32, 2048) == 128
     assert max_sequences(8192, 32, 33) == 4096  # 33 tokens take two blocks
@@ -769,3 +775,49 @@ def test_a_document_of_several_rounds_validates() -> None:
     assert merged["summary"]["kneeOutputTokensPerSecond"] == 1250.0
     assert merged["spread"]["kneeOutputTokensPerSecond"]["values"] == [1200.0, 1300.0]
     assert [s["round"] for s in merged["samples"]] == [1, 1, 2, 2]
+
+
+# --- a latency objective refines the ladder (issue 33) -------------------------------------
+
+
+def _objective_ladder(ttfts: dict[int, float]) -> list[dict[str, Any]]:
+    return [
+        {"concurrency": c, "outputTokensPerSecond": 100.0 * c, "latencyP50Seconds": 0.1,
+         "ttftP95Seconds": t, "tpotP95Seconds": 0.01}
+        for c, t in ttfts.items()
+    ]  # fmt: skip
+
+
+def test_an_objective_brackets_the_crossing_between_two_ladder_levels() -> None:
+    cfg = BenchConfig(url="u", model="m", scenarios=("batching",), out="o",
+                      objective_ttft_seconds=0.1)  # fmt: skip
+    ladder = _objective_ladder({1: 0.03, 2: 0.04, 4: 0.05, 8: 0.08, 16: 0.3, 32: 0.9})
+    assert meets(ladder[3], cfg)
+    assert not meets(ladder[4], cfg)
+    assert bracket(ladder, cfg) == (8, 16)
+    # neighbours, or nothing held, or everything held: nothing to refine
+    assert bracket(_objective_ladder({1: 0.03, 2: 0.2}), cfg) is None
+    assert bracket(_objective_ladder({1: 0.2, 2: 0.3}), cfg) is None
+    assert bracket(_objective_ladder({1: 0.03, 2: 0.04}), cfg) is None
+    # the bracket starts at the first failing level, even if a later one meets it by chance
+    assert bracket(_objective_ladder({1: 0.03, 2: 0.04, 4: 0.2, 8: 0.09}), cfg) == (2, 4)
+    # TPOT binds too; a level without the objective's percentile does not meet it
+    both = BenchConfig(url="u", model="m", scenarios=("batching",), out="o",
+                       objective_ttft_seconds=1.0, objective_tpot_seconds=0.005)  # fmt: skip
+    assert not meets(ladder[0], both)
+    p99 = BenchConfig(url="u", model="m", scenarios=("batching",), out="o",
+                      objective_ttft_seconds=1.0, objective_percentile=99)  # fmt: skip
+    assert not meets(ladder[0], p99)
+
+
+def test_refined_levels_do_not_move_the_knee() -> None:
+    ladder = _ladder(
+        [(1, 189.0, 0.17), (2, 364.0, 0.18), (4, 705.0, 0.18), (8, 1232.0, 0.21),
+         (16, 1350.0, 0.40), (32, 1400.0, 0.80)]
+    )  # fmt: skip
+    refined = sorted(
+        [*ladder, {"concurrency": 12, "outputTokensPerSecond": 1340.0, "latencyP50Seconds": 0.22,
+                   "refine": True}],
+        key=lambda p: p["concurrency"],
+    )  # fmt: skip
+    assert saturation_point(refined) == saturation_point(ladder)

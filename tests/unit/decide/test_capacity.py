@@ -215,6 +215,21 @@ def test_the_objectives_workload_is_what_the_benchmark_sends() -> None:
     assert "--input-tokens" not in runner_args(svc(), SETTINGS)  # the runner's default
 
 
+def test_the_benchmark_is_told_the_objective_and_a_user_cannot_override_it() -> None:
+    s = svc({"tpotSeconds": 0.05, "percentile": 99})
+    args = runner_args(s, SETTINGS)
+    # last, after the user's args: argparse keeps the last value
+    assert args[-6:] == [
+        "--objective-ttft", str(s.spec.objective.ttft_seconds),  # type: ignore[union-attr]
+        "--objective-tpot", "0.05",
+        "--objective-percentile", "99",
+    ]  # fmt: skip
+    assert "--objective-ttft" not in runner_args(Service.from_body(body("minimal", {})), SETTINGS)
+    with pytest.raises(ValidationError) as exc:
+        Service.from_body(body("minimal", {"benchmark": {"args": ["--objective-ttft", "9"]}}))
+    assert "--objective-ttft" in str(exc.value)
+
+
 def test_the_hpa_targets_requests_in_flight_at_the_capacity_less_the_headroom() -> None:
     s = svc(autoscaling=AUTOSCALING)
     band = render_hpa(s, SETTINGS)
