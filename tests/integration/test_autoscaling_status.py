@@ -87,6 +87,9 @@ def test_autoscaler_and_monitoring_state_reach_the_status(
         "desiredReplicas": hpa["status"]["desiredReplicas"],
         "metric": "vllm_operator:queue_depth_band",
         "targetAverageValue": "20",
+        # no spec.objective: the seeds' band, and the status says where its target comes from
+        "policy": "QueueBand",
+        "targetFrom": "autoscaling.targetQueueDepth (scale down at <= 2 waiting per pod)",
     }
     # the operator's gauge, as the cluster's Prometheus scraped it from the host operator
     gauge = f'vllm_operator_autoscaler_scaling_active{{namespace="{namespace}"}}'
