@@ -112,16 +112,24 @@ class RealNode:
             raise NodeError(
                 "the real node needs: " + ", ".join(problems) + "; " + host_packages.install_hint()
             )
-        lock = NodeLock.read()
-        if lock is not None:
-            if Path(lock.state_dir) != self.state_dir and others_alive(lock.state_dir):
-                raise NodeError(
-                    "the real node of this host belongs to the running cluster in "
-                    f"{lock.state_dir}; stop it first (one real node per host)"
-                )
-            self.cleanup(lock)  # a crash left it: undo what that run did
+        self.undo_crashed(others_alive)
         before = hoststate.snapshot()
         HOST_LOCK.write_text(NodeLock(str(self.state_dir), before).dump())
+
+    def undo_crashed(self, others_alive: Callable[[str], bool]) -> bool:
+        """Undoes what a crashed run (of this state directory or another) left on the host;
+        returns whether there was one. Refuses while the host's node belongs to a live
+        cluster of another state directory."""
+        lock = NodeLock.read()
+        if lock is None:
+            return False
+        if Path(lock.state_dir) != self.state_dir and others_alive(lock.state_dir):
+            raise NodeError(
+                "the real node of this host belongs to the running cluster in "
+                f"{lock.state_dir}; stop it first (one real node per host)"
+            )
+        self.cleanup(lock)  # a crash left it: undo what that run did
+        return True
 
     # ---- start -----------------------------------------------------------------------------
     def prepare_host(self) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -58,7 +59,13 @@ def test_down_and_crash_recovery_leave_the_host_as_found() -> None:
     lc = node_cluster()
     if lc.running():
         pytest.fail("the node tier's cluster is already running; stop it (make cluster-down)")
+    # A run killed half-way (of this checkout or another: CI's clone, a developer's) leaves the
+    # host changed and its lock behind; `up` undoes that first. Undo it before the reference
+    # snapshot too, or the reference holds the crashed run's traces and the clean `down` below
+    # (which removes them) reads as a difference.
+    lc.node.undo_crashed(lambda d: any(LocalCluster(Path(d)).running().values()))
     before = hoststate.snapshot()
+    assert BRIDGE not in before.links, "the host has a real node's bridge but no lock: clean it"
 
     try:
         lc.up()
