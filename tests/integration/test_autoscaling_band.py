@@ -44,7 +44,7 @@ from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.decide import capacity
 from vllm_operator.render.autoscaling import render_hpa
 from vllm_operator.render.deployment import render_deployment
-from vllm_operator.render.monitoring import IN_FLIGHT_METRIC
+from vllm_operator.render.monitoring import IN_FLIGHT_METRIC, LIVE_TTFT_METRIC
 
 pytestmark = pytest.mark.cluster
 
@@ -52,11 +52,27 @@ NS, NAME = "band", "llama"
 WINDOW = 30  # scaleDownStabilizationSeconds, shortened from 300 for the test
 
 
+# vLLM's TTFT histogram, cut to the buckets the guard test needs
+TTFT_BUCKETS = ("0.25", "0.5", "0.75", "1", "+Inf")
+
+
 @dataclass
 class Load:
     total: float = 0.0  # the service's total queue, spread over the running pods
     running: float = 0.0  # the requests its pods run (vllm:num_requests_running), spread too
     pods: list[str] = field(default_factory=list)
+    # requests finishing per second on each pod, every one with a TTFT in the bucket whose upper
+    # bound is ttft_le (None: no requests); ttft_counts are the cumulative bucket counts
+    ttft_le: str | None = None
+    ttft_per_second: float = 10.0
+    ttft_counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TTFT_BUCKETS, 0.0))
+
+    def tick(self, dt: float) -> None:
+        if self.ttft_le is None:
+            return
+        first = TTFT_BUCKETS.index(self.ttft_le)
+        for le in TTFT_BUCKETS[first:]:
+            self.ttft_counts[le] += self.ttft_per_second * dt
 
 
 @dataclass
@@ -72,9 +88,15 @@ def _handler(load: Load) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             pods = max(1, len(load.pods))
             per_pod, running = load.total / pods, load.running / pods
+            counts = dict(load.ttft_counts)
+            histogram = "".join(
+                f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",model_name="m"}}'
+                f" {counts[le]}\n"
+                for le in TTFT_BUCKETS
+            )
             body = (
                 f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {per_pod}\n'
-                f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+                f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n' + histogram
             ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -134,8 +156,16 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
                 (tmp / "pods.tmp").replace(targets)
                 stop.wait(1)
 
+        def ticker() -> None:  # the requests the pods finish, into the TTFT histogram
+            last = time.monotonic()
+            while not stop.wait(0.2):
+                now = time.monotonic()
+                load.tick(now - last)
+                last = now
+
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
         threading.Thread(target=refresh, daemon=True).start()
+        threading.Thread(target=ticker, daemon=True).start()
         free = Ports.free()
         cfg = tmp / "prometheus.yml"
         cfg.write_text(
@@ -333,3 +363,40 @@ def test_with_an_objective_the_hpa_follows_the_measured_capacity(rig: Rig) -> No
     _, view = wait(rig, "6 pods running", lambda v: v.current == 6, timeout=180)
     # at 6 pods the per-pod value is 40 / 6 = 6.67, inside the HPA's tolerance of 7.2: it holds
     assert 6.0 <= float(parse_quantity(view.metric)) <= 7.2, view
+
+
+def test_the_live_latency_guard_adds_replicas_while_ttft_breaks_the_objective(rig: Rig) -> None:
+    """The live latency guard (issue 33), live: the same HPA (objective p95 TTFT <= 0.5 s) also
+    targets vllm_operator:live_ttft_seconds{quantile="0.95"} (the shipped rule over vLLM's TTFT
+    histogram) at 0.5 s. With the 40 in flight of the capacity test (6 pods hold at 7.2) and
+    every request's TTFT now in (0.5, 0.75] s, the service's p95 is 0.5 + 0.95 x 0.25 = 0.7375
+    s: the guard wants ceil(6 x 0.7375 / 0.5) = 9 pods and the HPA follows the larger wish.
+    Runs after the capacity test (the same rig, from its 6 pods)."""
+    auto = rig.auto
+    _, view = wait(rig, "6 pods at the capacity target", lambda v: v.current == 6, timeout=180)
+
+    def guard_value() -> float | None:
+        h = auto.read_namespaced_horizontal_pod_autoscaler(NAME, NS)
+        for m in h.status.current_metrics or []:
+            if m.pods and m.pods.metric.name == LIVE_TTFT_METRIC:
+                return float(parse_quantity(m.pods.current.average_value))
+        return None
+
+    # idle (no request has finished yet): the guard reads 0, not missing, and wants nothing
+    wait_for("the HPA to read the idle guard as 0", lambda: guard_value() == 0.0)
+    assert hpa(rig).desired == 6
+    rig.load.ttft_le = "0.75"
+    t0 = time.monotonic()
+    wait_for(
+        "the HPA to read a live p95 TTFT of 0.7375 s",
+        lambda: (v := guard_value()) is not None and abs(v - 0.7375) < 0.005,
+    )
+    _, view = wait(rig, "the guard's scale-up", lambda v: v.desired > 6, timeout=120)
+    up = time.monotonic() - t0
+    assert view.desired == 9, view
+    assert view.name == IN_FLIGHT_METRIC  # the main metric still reads 40 / 6 in flight per pod
+    print(
+        f"\np95 TTFT 0.7375 s at a 0.5 s objective -> {view.desired} pods wanted {up:.1f} s "
+        "after the first slow request (1 s scrape, 1 s rules, 2 s adapter relist, 5 s HPA sync)"
+    )
+    rig.load.ttft_le = None

@@ -101,8 +101,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_every_rule_and_dashboard_query_returns_data(prometheus: str) -> None:
     exprs = all_queries(NS, SVC, conditions=False)
     # the band records the queue sum and the pod count too (2 rules); the capacity policy its
-    # requests in flight (running + waiting, issue 33)
-    assert len(exprs) == 44
+    # requests in flight (running + waiting, issue 33); the live latency guard its TTFT and
+    # TPOT at four percentiles (8 rules, 0 while idle: data without a histogram here too)
+    assert len(exprs) == 52
     empty = without_data(prometheus, exprs)
     assert not empty, f"queries without data: {empty}"
 

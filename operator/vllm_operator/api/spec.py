@@ -788,6 +788,14 @@ class ObjectiveSpec(_Model):
         description="The share of the measured capacity the autoscaler keeps free: it targets "
         "(100 - headroomPercent)% of the concurrency per pod at which the objective holds.",
     )
+    latency_guard: bool = Field(
+        default=True,
+        description="Adds replicas while the live latency breaks the objective: the HPA also "
+        "targets each latency the objective names, at its percentile over the service's "
+        "serving pods and the last minute (vLLM's own histograms; 0 while idle), at the "
+        "objective's value, so that a p95 TTFT 1.5x the objective asks for 1.5x the replicas. "
+        "The HPA follows whichever metric wants more.",
+    )
 
     @model_validator(mode="after")
     def _one_latency(self) -> ObjectiveSpec:  # mirrors the CEL rule

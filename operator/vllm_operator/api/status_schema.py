@@ -148,6 +148,21 @@ class RolloutStatus(_Model):
     message: str = Field(default="", max_length=32_768, description="Why, in words.")
 
 
+class LatencyGuardStatus(_Model):
+    """One of the live latency guard's HPA metrics (spec.objective.latencyGuard)."""
+
+    metric: str = Field(description="The pods metric (the live TTFT or TPOT).")
+    quantile: str | None = Field(default=None, description="Its percentile, as 0.95.")
+    target_average_value: str | None = Field(
+        default=None, description="The objective's latency (a quantity of seconds)."
+    )
+    current_average_value: str | None = Field(
+        default=None,
+        description="The service's live latency at that percentile over the last minute as "
+        "the HPA read it (0 while idle); above the target the HPA adds replicas in proportion.",
+    )
+
+
 class AutoscalingStatus(_Model):
     """The HorizontalPodAutoscaler as its controller last reported it."""
 
@@ -175,6 +190,12 @@ class AutoscalingStatus(_Model):
         default=None,
         description="Where the target comes from, in words: the band's fields, or the "
         "capacity's revision, run and time measured (status.capacity).",
+    )
+    latency_guard: list[LatencyGuardStatus] | None = Field(
+        default=None,
+        max_length=2,
+        description="The live latency guard (spec.objective.latencyGuard): the HPA's metrics "
+        "on the live TTFT / TPOT against the objective, beside the main metric.",
     )
     last_scale_time: str | None = Field(default=None, description="When the HPA last scaled.")
     held_replicas: int | None = Field(

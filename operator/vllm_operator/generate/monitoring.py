@@ -33,7 +33,10 @@ from vllm_operator.render.monitoring import (
     CANARY_OF_LABEL,
     CANARY_OF_REGEX,
     CANARY_OF_SOURCES,
+    GUARD_PERCENTILES,
     IN_FLIGHT_METRIC,
+    LIVE_TPOT_METRIC,
+    LIVE_TTFT_METRIC,
     SERVICE_RELABEL_SOURCE,
     Scope,
     operator_alerts,
@@ -56,6 +59,7 @@ def generic_rule_groups(runbook_url: str | None = None) -> list[dict[str, Any]]:
         AlertThresholds(),
         runbook_url or OperatorSettings().runbook_url,
         (a.metric_name, a.target_queue_depth, a.scale_down_queue_depth),
+        (GUARD_PERCENTILES, (LIVE_TTFT_METRIC, LIVE_TPOT_METRIC)),
     )
 
 
@@ -65,8 +69,9 @@ def rules_file() -> dict[str, Any]:
 
 def adapter_config() -> dict[str, Any]:
     """prometheus-adapter's config: the band metric (what the HPA targets without an
-    objective), the requests in flight (what it targets with one) and the raw queue
-    (for people and `kubectl get --raw`), each a pods metric keyed by namespace and pod."""
+    objective), the requests in flight (what it targets with one), the raw queue (for people
+    and `kubectl get --raw`) and the live latency guard's TTFT and TPOT (label `quantile`, the
+    HPA's metric selector), each a pods metric keyed by namespace and pod."""
 
     def pods_rule(metric: str, aggregate: str) -> dict[str, Any]:
         return {
@@ -86,6 +91,8 @@ def adapter_config() -> dict[str, Any]:
             pods_rule(BAND_METRIC, "max"),
             pods_rule(IN_FLIGHT_METRIC, "sum"),
             pods_rule(ADAPTER_RAW_QUEUE, "sum"),
+            pods_rule(LIVE_TTFT_METRIC, "max"),
+            pods_rule(LIVE_TPOT_METRIC, "max"),
         ]
     }
 

@@ -13,6 +13,13 @@ requests in flight per pod (running + waiting, `vllm_operator:requests_in_flight
 value instead: the proportional rule then gives replicas = ceil(in flight / target), the load
 over what one pod serves within the objective (less the headroom). Until the serving revision
 is measured, the band applies. The scale-down keeps the band's stabilization window.
+
+With an objective (and objective.latencyGuard, the default), the HPA also targets the live
+latency guard's metrics (render/monitoring.py, `guard_rules`): each latency the objective names
+at its percentile over the serving pods and the last minute, at the objective's value. The HPA
+takes the largest of its metrics' recommendations, so the guard only ever adds replicas: at a
+live p95 TTFT 1.5x the objective it wants 1.5x the replicas, below the objective the capacity
+(or the band) decides. Idle, the guard's metrics read 0, so they never block a scale-down.
 """
 
 from __future__ import annotations
@@ -22,13 +29,53 @@ from typing import Any
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.render.meta import metadata, selector_labels
-from vllm_operator.render.monitoring import BAND_METRIC, IN_FLIGHT_METRIC
+from vllm_operator.render.monitoring import (
+    BAND_METRIC,
+    IN_FLIGHT_METRIC,
+    LIVE_TPOT_METRIC,
+    LIVE_TTFT_METRIC,
+    guard_quantile,
+    objective_guard,
+)
 
 
 def quantity(x: float) -> str:
     """A target as a Kubernetes quantity: whole numbers plain, else in thousandths (m)."""
     milli = round(x * 1000)
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def seconds(x: float) -> str:
+    """A latency as a Kubernetes quantity: in thousandths (m) when exact, else millionths (u)."""
+    micro = round(x * 1_000_000)
+    return quantity(x) if micro % 1000 == 0 else f"{micro}u"
+
+
+def guard_metrics(svc: Service) -> list[dict[str, Any]]:
+    """The live latency guard's Pods metrics (empty without an objective or with it off)."""
+    guard = objective_guard(svc)
+    o = svc.spec.objective
+    if guard is None or o is None:
+        return []
+    (percentile,), metrics = guard
+    targets = {LIVE_TTFT_METRIC: o.ttft_seconds, LIVE_TPOT_METRIC: o.tpot_seconds}
+    out = []
+    for metric in metrics:
+        target = targets[metric]
+        assert target is not None
+        out.append(
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {
+                        "name": metric,
+                        "selector": {"matchLabels": {"quantile": guard_quantile(percentile)}},
+                    },
+                    "target": {"type": "AverageValue", "averageValue": seconds(target)},
+                },
+            }
+        )
+    return out
 
 
 def render_hpa(
@@ -59,7 +106,8 @@ def render_hpa(
                         "metric": {"name": metric},
                         "target": {"type": "AverageValue", "averageValue": value},
                     },
-                }
+                },
+                *guard_metrics(svc),
             ],
             "behavior": {
                 "scaleDown": {

@@ -70,6 +70,33 @@ IN_FLIGHT_METRIC = "vllm_operator:requests_in_flight"
 RUNNING_METRIC = "vllm:num_requests_running"
 WAITING_METRIC = "vllm:num_requests_waiting"
 
+# ---- the live latency guard (a latency objective) ---------------------------------------------
+# The service's live TTFT and TPOT at a percentile (label `quantile`), over its serving pods
+# (not a canary's) and the last GUARD_WINDOW, from vLLM's own histograms: the same value on
+# every serving pod, so that a Pods metric's average is the service's percentile and the HPA's
+# proportional rule with the objective as the target gives replicas x live / objective. With no
+# request in the window (histogram_quantile is NaN there) it is 0: a metric missing for an
+# idle service would stop the HPA scaling down.
+LIVE_TTFT_METRIC = "vllm_operator:live_ttft_seconds"
+LIVE_TPOT_METRIC = "vllm_operator:live_tpot_seconds"
+GUARD_WINDOW = "1m"
+# per request, as the benchmark's TPOT ((e2e - ttft) / (tokens - 1)); vLLM before 0.11 only had
+# the per-token histogram
+LIVE_HISTOGRAMS = {
+    LIVE_TTFT_METRIC: ("vllm:time_to_first_token_seconds",),
+    LIVE_TPOT_METRIC: (
+        "vllm:request_time_per_output_token_seconds",
+        "vllm:time_per_output_token_seconds",
+    ),
+}
+GUARD_PERCENTILES = (50, 90, 95, 99)
+
+
+def guard_quantile(percentile: int) -> str:
+    """The `quantile` label of a percentile: 95 -> "0.95"."""
+    return f"{percentile / 100:g}"
+
+
 # ---- the operator's own metrics the rules use (exported by vllm_operator.metrics) ----
 BENCHMARK_PASSED = "vllm_operator_benchmark_passed"
 ROLLBACK_ACTIVE = "vllm_operator_rollback_active"
@@ -358,6 +385,51 @@ def in_flight_rules(scope: Scope) -> list[dict[str, Any]]:
     ]
 
 
+def guard_rules(
+    scope: Scope, percentiles: tuple[int, ...], metrics: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """The live latency guard's per-pod series (LIVE_TTFT_METRIC, LIVE_TPOT_METRIC), one rule
+    per metric and percentile."""
+    serving = f'{CANARY_OF_LABEL}=""'
+    pods = f"group by (namespace, service, pod) ({scope.sel(RUNNING_METRIC, serving)})"
+    idle = f"0 * count by (namespace, service) ({scope.sel(RUNNING_METRIC, serving)})"
+    rules = []
+    for metric in metrics:
+        rates = " or ".join(
+            f"sum by (namespace, service, le) "
+            f"(rate({scope.sel(h + '_bucket', serving)}[{GUARD_WINDOW}]))"
+            for h in LIVE_HISTOGRAMS[metric]
+        )
+        for p in percentiles:
+            q = guard_quantile(p)
+            live = f"(histogram_quantile({q}, {rates}) >= 0) or {idle}"
+            rules.append(
+                {
+                    "record": metric,
+                    "expr": (
+                        f"{pods} * on (namespace, service) group_left"
+                        f" max by (namespace, service) ({live})"
+                    ),
+                    "labels": {"quantile": q},
+                }
+            )
+    return rules
+
+
+def objective_guard(svc: Service) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """The guard a service's objective asks for: (its percentile,), the latencies it names;
+    None without an objective, with latencyGuard off, or without autoscaling."""
+    o = svc.spec.objective
+    if o is None or not o.latency_guard or not svc.spec.autoscaling.enabled:
+        return None
+    metrics = tuple(
+        m
+        for m, target in ((LIVE_TTFT_METRIC, o.ttft_seconds), (LIVE_TPOT_METRIC, o.tpot_seconds))
+        if target is not None
+    )
+    return (o.percentile,), metrics
+
+
 # ---- rule groups ----------------------------------------------------------------------------
 
 
@@ -366,9 +438,11 @@ def rule_groups(
     thresholds: AlertThresholds,
     runbook_url: str,
     band: tuple[str, float, float] | None,
+    guard: tuple[tuple[int, ...], tuple[str, ...]] | None = None,
 ) -> list[dict[str, Any]]:
     """Prometheus rule groups (the `groups:` of a rules file, the spec of a PrometheusRule).
-    `band` is (raw metric, high, low), or None without autoscaling."""
+    `band` is (raw metric, high, low), or None without autoscaling; `guard` (percentiles,
+    live metrics) the live latency guard's series, or None."""
     groups: list[dict[str, Any]] = []
     if band is not None:
         raw, high, low = band
@@ -378,6 +452,8 @@ def rule_groups(
                 "rules": band_rules(scope, raw, high, low) + in_flight_rules(scope),
             }
         )
+    if guard is not None:
+        groups.append({"name": "vllm-latency-guard", "rules": guard_rules(scope, *guard)})
     groups.append(
         {
             "name": "vllm-alerts",
@@ -409,7 +485,11 @@ def render_prometheus_rule(svc: Service, settings: OperatorSettings) -> dict[str
         "apiVersion": MONITORING_API,
         "kind": "PrometheusRule",
         "metadata": meta,
-        "spec": {"groups": rule_groups(service_scope(svc), m.alerts, settings.runbook_url, band)},
+        "spec": {
+            "groups": rule_groups(
+                service_scope(svc), m.alerts, settings.runbook_url, band, objective_guard(svc)
+            )
+        },
     }
 
 

@@ -82,6 +82,18 @@ def _policy(svc: Service, metric: str | None, capacity: CapacityView) -> dict[st
     }
 
 
+def _current(hpa_status: dict[str, Any], metric: str | None) -> str | None:
+    """The per-pod value the HPA last read of one of its Pods metrics."""
+    return next(
+        (
+            m["pods"].get("current", {}).get("averageValue")
+            for m in hpa_status.get("currentMetrics") or []
+            if m.get("type") == "Pods" and m.get("pods", {}).get("metric", {}).get("name") == metric
+        ),
+        None,
+    )
+
+
 def _autoscaling(
     svc: Service, obs: Observed, settings: OperatorSettings, capacity: CapacityView = None
 ) -> tuple[dict[str, Any] | None, list[Cond]]:
@@ -103,14 +115,22 @@ def _autoscaling(
     st = hpa.get("status") or {}
     pods_metrics = [m["pods"] for m in hpa.get("spec", {}).get("metrics", []) if "pods" in m]
     metric = pods_metrics[0]["metric"]["name"] if pods_metrics else None
-    current = next(
-        (
-            m["pods"].get("current", {}).get("averageValue")
-            for m in st.get("currentMetrics") or []
-            if m.get("type") == "Pods" and m.get("pods", {}).get("metric", {}).get("name") == metric
-        ),
-        None,
-    )
+    current = _current(st, metric)
+    guard = [
+        {
+            k: v
+            for k, v in {
+                "metric": p["metric"]["name"],
+                "quantile": (p["metric"].get("selector") or {})
+                .get("matchLabels", {})
+                .get("quantile"),
+                "targetAverageValue": p.get("target", {}).get("averageValue"),
+                "currentAverageValue": _current(st, p["metric"]["name"]),
+            }.items()
+            if v is not None
+        }
+        for p in pods_metrics[1:]
+    ]
     out = {
         k: v
         for k, v in {
@@ -122,6 +142,7 @@ def _autoscaling(
             "targetAverageValue": (
                 pods_metrics[0].get("target", {}).get("averageValue") if pods_metrics else None
             ),
+            "latencyGuard": guard or None,
             "lastScaleTime": st.get("lastScaleTime"),
             **_policy(svc, metric, capacity),
         }.items()

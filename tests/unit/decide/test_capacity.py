@@ -23,10 +23,18 @@ from vllm_operator.decide import capacity
 from vllm_operator.decide.policy import confirming
 from vllm_operator.observe.benchresult import read_job_report, read_summary, summarize
 from vllm_operator.reconcile import reconcile
-from vllm_operator.render.autoscaling import quantity, render_hpa
+from vllm_operator.render.autoscaling import quantity, render_hpa, seconds
 from vllm_operator.render.benchmark import revision, run_name, runner_args
 from vllm_operator.render.deployment import render_pod_template
-from vllm_operator.render.monitoring import BAND_METRIC, IN_FLIGHT_METRIC
+from vllm_operator.render.monitoring import (
+    BAND_METRIC,
+    IN_FLIGHT_METRIC,
+    LIVE_TPOT_METRIC,
+    LIVE_TTFT_METRIC,
+    render_prometheus_rule,
+)
+from vllm_operator.observe.state import Observed
+from vllm_operator.status.autoscaling import _autoscaling
 from vllm_operator.status.capacity import _capacity
 from vllm_operator.write.apply import _path
 
@@ -243,6 +251,83 @@ def test_the_hpa_targets_requests_in_flight_at_the_capacity_less_the_headroom() 
     # the scale-down keeps the band's stabilization window
     assert hpa["spec"]["behavior"]["scaleDown"] == band["spec"]["behavior"]["scaleDown"]
     assert (quantity(8), quantity(0.25), quantity(7.2)) == ("8", "250m", "7200m")
+
+
+def test_the_live_latency_guard_targets_each_named_latency_at_the_objective() -> None:
+    """Beside the main metric (band or capacity), one Pods metric per latency the objective
+    names, at its percentile (the metric's quantile label) and value; the HPA takes the largest
+    recommendation, so the guard only adds replicas."""
+    s = svc(autoscaling=AUTOSCALING)
+    for target in (None, 7.2):
+        hpa = render_hpa(s, SETTINGS, target)
+        assert hpa is not None
+        guard = [m["pods"] for m in hpa["spec"]["metrics"][1:]]
+        assert guard == [
+            {
+                "metric": {
+                    "name": LIVE_TTFT_METRIC,
+                    "selector": {"matchLabels": {"quantile": "0.95"}},
+                },
+                "target": {"type": "AverageValue", "averageValue": "500m"},
+            },
+            {
+                "metric": {
+                    "name": LIVE_TPOT_METRIC,
+                    "selector": {"matchLabels": {"quantile": "0.95"}},
+                },
+                "target": {"type": "AverageValue", "averageValue": "50m"},
+            },
+        ]
+    # only the latencies named; off with latencyGuard: false (and its rules are not rendered)
+    ttft_only = svc({"tpotSeconds": None, "percentile": 99}, autoscaling=AUTOSCALING)
+    hpa = render_hpa(ttft_only, SETTINGS)
+    assert hpa is not None
+    assert [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]] == [
+        BAND_METRIC,
+        LIVE_TTFT_METRIC,
+    ]
+    assert hpa["spec"]["metrics"][1]["pods"]["metric"]["selector"]["matchLabels"] == {
+        "quantile": "0.99"
+    }
+    off = svc({"latencyGuard": False}, autoscaling=AUTOSCALING)
+    hpa = render_hpa(off, SETTINGS)
+    assert hpa is not None
+    assert len(hpa["spec"]["metrics"]) == 1
+    rule = render_prometheus_rule(off, SETTINGS)
+    assert rule is not None
+    assert "vllm-latency-guard" not in [g["name"] for g in rule["spec"]["groups"]]
+    # latencies finer than a millisecond stay exact (micro), whole ones plain
+    assert (seconds(0.0005), seconds(0.007), seconds(2)) == ("500u", "7m", "2")
+
+
+def test_status_shows_the_guard_beside_the_main_metric() -> None:
+    s = svc(autoscaling=AUTOSCALING)
+    hpa = render_hpa(s, SETTINGS, 7.2)
+    assert hpa is not None
+    hpa["status"] = {
+        "currentReplicas": 3,
+        "desiredReplicas": 5,
+        "currentMetrics": [
+            {"type": "Pods", "pods": {"metric": {"name": IN_FLIGHT_METRIC},
+                                      "current": {"averageValue": "4"}}},
+            {"type": "Pods", "pods": {"metric": {"name": LIVE_TTFT_METRIC},
+                                      "current": {"averageValue": "737m"}}},
+        ],
+    }  # fmt: skip
+    obs = Observed(deployment=None, hpa=hpa)
+    out, _conds = _autoscaling(s, obs, SETTINGS, derived(ladder()))
+    assert out is not None
+    assert out["metric"] == IN_FLIGHT_METRIC
+    assert out["currentAverageValue"] == "4"
+    assert out["latencyGuard"] == [
+        {
+            "metric": LIVE_TTFT_METRIC,
+            "quantile": "0.95",
+            "targetAverageValue": "500m",
+            "currentAverageValue": "737m",
+        },
+        {"metric": LIVE_TPOT_METRIC, "quantile": "0.95", "targetAverageValue": "50m"},
+    ]
 
 
 # ---- through the reconcile: measured, shown, targeted, re-derived at promotion --------------

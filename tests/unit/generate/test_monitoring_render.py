@@ -241,7 +241,7 @@ def test_local_prometheus_config_passes_promtool(tmp_path: Path) -> None:
         [promtool, "check", "config", str(cfg)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 15 rules found" in proc.stdout
+    assert "SUCCESS: 23 rules found" in proc.stdout
     doc = yaml.safe_load(cfg.read_text())
     assert doc["scrape_configs"][0]["file_sd_configs"][0]["files"] == [str(targets)]
     assert doc["scrape_configs"][1]["honor_labels"] is True

@@ -34,6 +34,8 @@ from vllm_operator.generate.monitoring import all_queries, render_files, rule_qu
 from vllm_operator.render.monitoring import (
     BAND_METRIC,
     CANARY_OF_LABEL,
+    LIVE_TPOT_METRIC,
+    LIVE_TTFT_METRIC,
     SCALE_UP_FLOOR,
     AlertDef,
     Scope,
@@ -78,7 +80,7 @@ def test_generated_rules_file_passes_promtool_check(promtool: str, tmp_path: Pat
     path = tmp_path / "vllm-alerts.rules.yaml"
     path.write_text(render_files()["vllm-alerts.rules.yaml"])
     out = run_promtool(promtool, "check", "rules", str(path), cwd=tmp_path)
-    assert "SUCCESS: 15 rules found" in out
+    assert "SUCCESS: 23 rules found" in out
 
 
 def test_committed_rules_file_is_the_generated_one() -> None:
@@ -102,8 +104,8 @@ def test_rendered_prometheus_rule_passes_promtool_check(
 
 
 def test_every_query_is_listed_for_the_live_test() -> None:
-    assert len(rule_queries()) == 15
-    board = all_queries("ns", "svc")[15:]
+    assert len(rule_queries()) == 23
+    board = all_queries("ns", "svc")[23:]
     assert len(board) == 29
     # the canary-vs-stable row selects the service's stable pods and its canary's
     assert sum('service=~"svc|svc-canary"' in q for q in board) == 4
@@ -583,3 +585,88 @@ def test_a_canarys_alert_names_the_service_it_is_the_canary_of(
         ],
     }
     run_tests(promtool, tmp_path, groups, [test])
+
+
+# ---- the live latency guard (issue 33) ------------------------------------------------------
+
+
+def test_live_latency_guard_is_the_services_percentile_on_each_serving_pod_and_0_idle(
+    promtool: str, tmp_path: Path
+) -> None:
+    """The guard's series, evaluated by promtool: the service's p95 TTFT and TPOT over its
+    serving pods (a canary's requests, however slow, left out), on every serving pod, and 0 once
+    no request arrived in the last minute (not NaN: a missing metric blocks the HPA's scale-in)."""
+    svc = service(
+        "tinyllama",
+        {"objective": {"ttftSeconds": 0.5, "tpotSeconds": 0.05, "percentile": 95}},
+    ).model_copy(update={"name": SVC, "namespace": NS})
+    rule = render_prometheus_rule(svc, SETTINGS)
+    assert rule is not None
+    guard = [g for g in rule["spec"]["groups"] if g["name"] == "vllm-latency-guard"]
+    assert [r["labels"]["quantile"] for r in guard[0]["rules"]] == ["0.95", "0.95"]
+
+    def labels(pod: str, canary: bool = False) -> str:
+        extra = f',{CANARY_OF_LABEL}="{SVC}"' if canary else ""
+        return f'namespace="{NS}",service="{SVC}",pod="{pod}"{extra}'
+
+    def histogram(name: str, pod: str, buckets: dict[str, str], canary: bool = False) -> list:
+        return [
+            {"series": f'{name}_bucket{{{labels(pod, canary)},le="{le}"}}', "values": values}
+            for le, values in buckets.items()
+        ]
+
+    # 10 requests a minute per pod for 5 minutes, then none: every TTFT in (0.5, 0.75] s and
+    # every TPOT in (0.025, 0.05] s, so p95 = 0.5 + 0.95 x 0.25 and 0.025 + 0.95 x 0.025
+    busy = "0+10x5 50x6"
+    inputs: list[dict[str, str]] = []
+    for pod in ("a", "b"):
+        inputs.append({"series": f"vllm:num_requests_running{{{labels(pod)}}}", "values": "1x12"})
+        inputs += histogram(
+            "vllm:time_to_first_token_seconds",
+            pod,
+            {"0.5": "0x12", "0.75": busy, "+Inf": busy},
+        )
+        inputs += histogram(
+            "vllm:request_time_per_output_token_seconds",
+            pod,
+            {"0.025": "0x12", "0.05": busy, "+Inf": busy},
+        )
+    # the canary: every request 10x slower, on a pod of its own
+    inputs.append({"series": f"vllm:num_requests_running{{{labels('c', True)}}}", "values": "1x12"})
+    inputs += histogram(
+        "vllm:time_to_first_token_seconds",
+        "c",
+        {"0.75": "0x12", "10": busy, "+Inf": busy},
+        canary=True,
+    )
+
+    def expect(metric: str, minute: int, value: float) -> dict[str, Any]:
+        return {
+            "expr": f'{metric}{{namespace="{NS}"}}',
+            "eval_time": f"{minute}m",
+            "exp_samples": [
+                {
+                    "labels": f'{metric}{{namespace="{NS}",pod="{p}",quantile="0.95",'
+                    f'service="{SVC}"}}',
+                    "value": value,
+                }
+                for p in ("a", "b")
+            ],
+        }
+
+    checks = [
+        expect(LIVE_TTFT_METRIC, 3, 0.5 + 0.95 * 0.25),
+        expect(LIVE_TPOT_METRIC, 3, 0.025 + 0.95 * 0.025),
+        expect(LIVE_TTFT_METRIC, 9, 0),  # idle: no request in the window
+        expect(LIVE_TPOT_METRIC, 9, 0),
+    ]
+    run_tests(
+        promtool,
+        tmp_path,
+        rule["spec"]["groups"],
+        [{"interval": "1m", "input_series": inputs, "promql_expr_test": checks}],
+    )
+    # the HPA's arithmetic on what promtool confirmed: 2 pods at p95 TTFT 0.7375 s against an
+    # objective of 0.5 s want ceil(2 x 0.7375 / 0.5) = 3; idle, the guard wants 0 (max: others)
+    assert hpa_desired(2, [0.5 + 0.95 * 0.25] * 2, 0.5) == 3
+    assert hpa_desired(2, [0.0, 0.0], 0.5) == 0
