@@ -22,6 +22,7 @@ from vllm_operator.api.spec import Service
 from vllm_operator.decide import capacity
 from vllm_operator.decide.policy import confirming
 from vllm_operator.observe.benchresult import read_job_report, read_summary, summarize
+from vllm_operator.observe.state import Observed
 from vllm_operator.reconcile import reconcile
 from vllm_operator.render.autoscaling import quantity, render_hpa, seconds
 from vllm_operator.render.benchmark import revision, run_name, runner_args
@@ -33,7 +34,6 @@ from vllm_operator.render.monitoring import (
     LIVE_TTFT_METRIC,
     render_prometheus_rule,
 )
-from vllm_operator.observe.state import Observed
 from vllm_operator.status.autoscaling import _autoscaling
 from vllm_operator.status.capacity import _capacity
 from vllm_operator.write.apply import _path
