@@ -273,17 +273,20 @@ def _pipeline(
 ) -> Outcome:
     # observe (read-only): the children, the pods, the benchmark history and its Jobs
     # a canary's bake reads Prometheus
+    # the spec's pod template, rendered once: its revision is what decide() measures, what
+    # the canary runs and what the status names (and, not measured yet, what the live
+    # workload shape is read for)
+    own = render_pod_template(svc, settings)
+    rev = revision(own)
     live = live_reader(settings.prometheus_url, settings.scrape_interval)
-    seen = observe(writer, svc, live=live, recorded_rollout=old_status.get("rollout") or {})
+    seen = observe(
+        writer, svc, live=live, recorded_rollout=old_status.get("rollout") or {}, revision=rev
+    )
     if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the
         # service: a no-op, so that no child goes back to an older spec and no run of the
         # newer revision is superseded by the older one's
         return Outcome(stale=True)
-    # the spec's pod template, rendered once: its revision is what decide() measures, what
-    # the canary runs and what the status names
-    own = render_pod_template(svc, settings)
-    rev = revision(own)
     # decide (pure): start, stop, judge, roll back, prune; and the one pod each run measures
     plan = aim(svc, seen, decide(svc, seen, settings, rev=rev))
     # the canary (rollout.canary): a new revision measured before it serves

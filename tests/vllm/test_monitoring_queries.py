@@ -22,9 +22,11 @@ from tests.prometheus_support import (
     running_prometheus,
     without_data,
 )
+from tests.support import wait_for
 from vllm_localenv.monitoring import prometheus_config, rules_file
 from vllm_localenv.vllm_server import VllmServer
 from vllm_operator.generate.monitoring import all_queries
+from vllm_operator.observe.live import PrometheusLive
 
 pytestmark = pytest.mark.vllm
 
@@ -32,26 +34,36 @@ NS, SVC = "team", "tiny"
 PREFIX = "You are a careful assistant. Answer briefly and precisely. " * 20
 
 
-def load(server: VllmServer, requests_n: int = 24) -> None:
-    """Concurrent completions sharing a long prefix (prefix-cache hits), some streamed."""
+def load(server: VllmServer, requests_n: int = 24) -> list[dict[str, int]]:
+    """Concurrent completions sharing a long prefix (prefix-cache hits), some streamed; the
+    usage the server answered for each (prompt_tokens, completion_tokens)."""
 
-    def one(i: int) -> None:
+    def one(i: int) -> dict[str, int]:
+        stream = i % 2 == 0
         r = requests.post(
             f"{server.url}/v1/completions",
             json={
                 "model": server.served_name,
                 "prompt": f"{PREFIX} Question {i}: what is {i} + {i}?",
-                "max_tokens": 24,
+                "max_tokens": 24 + i % 5,
                 "temperature": 0,
-                "stream": i % 2 == 0,
+                "stream": stream,
+                **({"stream_options": {"include_usage": True}} if stream else {}),
             },
             timeout=120,
         )
         r.raise_for_status()
-        _ = r.content
+        if not stream:
+            return dict(r.json()["usage"])
+        chunks = [
+            json.loads(line[len("data: ") :])
+            for line in r.text.splitlines()
+            if line.startswith("data: {")
+        ]
+        return dict(next(c["usage"] for c in reversed(chunks) if c.get("usage")))
 
     with ThreadPoolExecutor(max_workers=12) as pool:
-        list(pool.map(one, range(requests_n)))
+        return list(pool.map(one, range(requests_n)))
 
 
 def test_every_rule_and_dashboard_query_returns_data_from_live_vllm(
@@ -82,8 +94,7 @@ def test_every_rule_and_dashboard_query_returns_data_from_live_vllm(
         with running_prometheus(tmp_path, config) as url:
             # a scrape before the load, so the counters' rates see the load as an increase
             assert without_data(url, ['vllm:num_requests_running{service="tiny"}'], 120) == []
-            load(vllm_server)
-            load(vllm_server)
+            sent = load(vllm_server) + load(vllm_server)
             exprs = all_queries(NS, SVC, conditions=False)
             empty = without_data(url, exprs)
             assert not empty, f"queries without data: {empty}"
@@ -93,9 +104,27 @@ def test_every_rule_and_dashboard_query_returns_data_from_live_vllm(
                 # (a CI run beside the other tier saw none: the concurrent requests all missed
                 # or evicted the prefix; one after another, the second hits it for certain)
                 for _ in range(3):
-                    load(vllm_server, 1)
+                    sent += load(vllm_server, 1)
                 deadline = time.monotonic() + 120
                 while hits == 0 and time.monotonic() < deadline:
                     time.sleep(1)
                     hits = float(query(url, promql)[0]["value"][1])
             assert hits > 0  # the shared prefix was served from cache
+
+            # the live workload shape (issue 33) the operator reads for a benchmark run: the
+            # mean prompt and output tokens per request, against what the server answered.
+            # Every request so far counts (the window covers them all)
+            reader = PrometheusLive(url, min_requests=10)
+            finished = f'sum(vllm:request_success_total{{service="{SVC}"}})'
+            wait_for(
+                "Prometheus to hold every request",
+                lambda: float(query(url, finished)[0]["value"][1]) >= len(sent),
+            )
+            shape = reader.workload(NS, SVC, 600)
+            assert shape is not None
+            mean_in = sum(u["prompt_tokens"] for u in sent) / len(sent)
+            mean_out = sum(u["completion_tokens"] for u in sent) / len(sent)
+            assert abs(shape.input_tokens - mean_in) <= max(2, 0.02 * mean_in), (shape, mean_in)
+            assert abs(shape.output_tokens - mean_out) <= 2, (shape, mean_out)
+            assert shape.requests >= len(sent) * 0.9, shape
+            print(f"\nlive shape {shape.describe()}; sent {mean_in:.1f} in / {mean_out:.1f} out")

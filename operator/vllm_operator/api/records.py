@@ -8,6 +8,7 @@ observe reads them back into these (observe/read.py history), decide judges and 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -72,6 +73,50 @@ assert set(HEADLINE_KEYS) == {f.name for f in fields(Headline)}, "HEADLINE_KEYS 
 
 
 @dataclass(frozen=True)
+class LiveWorkload:
+    """The service's live traffic shape as vLLM's own histograms recorded it (observe/live.py:
+    the mean prompt and generation tokens per request of its serving pods over `window`): the
+    workload a revision's benchmark sends where the objective names none. Recorded with the
+    run (its record), so that the capacity says what it was measured for."""
+
+    input_tokens: int
+    output_tokens: int
+    requests: int  # the requests the means are of (about: Prometheus's increase() extrapolates)
+    window: str  # a Prometheus duration: 1h
+
+    def dump(self) -> str:
+        return json.dumps(
+            {
+                "inputTokens": self.input_tokens,
+                "outputTokens": self.output_tokens,
+                "requests": self.requests,
+                "window": self.window,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def load(cls, text: str) -> LiveWorkload | None:
+        """None for "" or anything not written by dump() (a record is input)."""
+        try:
+            raw = json.loads(text) if text else None
+            if not isinstance(raw, dict):
+                return None
+            values = (raw["inputTokens"], raw["outputTokens"], raw["requests"])
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+                return None
+            return cls(*values, window=str(raw["window"])[:16])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        return (
+            f"live traffic: {self.input_tokens} prompt / {self.output_tokens} output tokens, "
+            f"the mean of about {self.requests} requests over {self.window}"
+        )
+
+
+@dataclass(frozen=True)
 class Run:
     """One benchmark run as recorded in its result ConfigMap (the history)."""
 
@@ -89,6 +134,8 @@ class Run:
     served_before: str = ""  # the revision rolled out before this one, as the run started
     spec_hash: str = ""  # the record's hash of spec_json ("": recorded by an earlier version)
     summary: str = ""  # the summary its record lacks, to write (observe.history): "" if none
+    # the live traffic shape it was sent (its record; None: the objective's or the runner's)
+    live_workload: LiveWorkload | None = None
 
     @property
     def headline(self) -> Headline:
@@ -114,8 +161,9 @@ class Capacity:
     bound_by: str  # what ended it: "ttft", "tpot", or "ladderTop" (still met at the top)
     input_tokens: float | None  # the workload measured: mean prompt tokens, output tokens
     output_tokens: int | None
-    workload_source: str  # "objective" (the spec's), or "runnerDefault"
+    workload_source: str  # "objective" (the spec's), "liveTraffic" or "runnerDefault"
     levels: tuple[tuple[int, float | None, float | None], ...] = ()  # (c, ttft, tpot) at p
+    workload_from: str = ""  # the workload in words (the live traffic's: what and how much)
 
     @property
     def at_least(self) -> bool:

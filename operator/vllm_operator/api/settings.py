@@ -103,7 +103,8 @@ class OperatorSettings(BaseSettings):
     prometheus_url: str = Field(
         default="",
         description="The Prometheus the operator reads live figures from (rollout.canary.bake: "
-        "the canary against the stable pods), e.g. "
+        "the canary against the stable pods; spec.objective: the live workload shape a "
+        "revision's benchmark sends), e.g. "
         "http://prometheus-operated.monitoring.svc:9090; empty: no bake can run (the status "
         "says so).",
     )

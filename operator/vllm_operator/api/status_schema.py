@@ -256,7 +256,16 @@ class CapacityFigures(_Model):
     )
     workload_source: str | None = Field(
         default=None,
-        description="objective (spec.objective's inputTokens/outputTokens) or runnerDefault.",
+        description="objective (spec.objective's inputTokens/outputTokens), liveTraffic (the "
+        "service's mean prompt/generation tokens per request over the hour before the run, from "
+        "vLLM's histograms in Prometheus, for the lengths the objective leaves unset; at least "
+        "100 requests) or runnerDefault.",
+    )
+    workload_from: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The live traffic shape the run sent, in words (workloadSource "
+        "liveTraffic): the lengths and how many requests over which window they are the mean of.",
     )
     levels: list[CapacityLevel] = Field(
         default_factory=list, description="The ladder's levels at the objective's percentile."

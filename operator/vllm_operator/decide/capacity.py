@@ -81,7 +81,9 @@ def derive(o: ObjectiveSpec, run: Run, kv_cache_tokens: int | None = None) -> Ca
     config = result.get("config") or {}
     output_tokens = config.get("outputTokens") if isinstance(config, dict) else None
     source = (
-        "objective"
+        "liveTraffic"
+        if run.live_workload is not None
+        else "objective"
         if o.input_tokens is not None or o.output_tokens is not None
         else "runnerDefault"
     )
@@ -114,6 +116,7 @@ def derive(o: ObjectiveSpec, run: Run, kv_cache_tokens: int | None = None) -> Ca
             output_tokens=output_tokens if isinstance(output_tokens, int) else None,
             workload_source=source,
             levels=levels,
+            workload_from=run.live_workload.describe() if run.live_workload else "",
         )
 
     (p0, r0) = judged[0]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from vllm_operator.api.records import Run, Target
+from vllm_operator.api.records import LiveWorkload, Run, Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service, VLLMServiceSpec
 from vllm_operator.decide import capacity
@@ -65,6 +65,8 @@ class Start:
     resume: bool = False
     target: Target | None = None
     served_before: str = ""  # the revision rolled out before this one (gates.rollback_target)
+    # the live traffic shape it sends where the objective names none (observe/live.py)
+    workload: LiveWorkload | None = None
 
 
 @dataclass(frozen=True)
@@ -463,9 +465,11 @@ def _decide(svc: Service, observed: Observed, settings: OperatorSettings, rev: s
     records += superseded
     start = None
     if current is None and rollout_done:
-        start = Start(measuring, rev, token, served_before=served_before)
+        start = Start(
+            measuring, rev, token, served_before=served_before, workload=observed.live_workload
+        )
     elif current is not None and current.state == "Running" and job is None and rollout_done:
-        start = Start(measuring, rev, token, resume=True)
+        start = Start(measuring, rev, token, resume=True, workload=current.live_workload)
     elif current is not None and job is not None and (ended := _ended(svc, job, current)):
         records.append(ended)
 

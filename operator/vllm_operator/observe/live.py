@@ -16,6 +16,14 @@ configs and PodMonitors label each series with `namespace`, `pod` and `service`,
   aborts only on a bucket wholly above its limit);
 - errors: the API server's `http_requests_total{handler=~"/v1/.*"}`, of them `status="5xx"`.
 
+The workload shape (`workload()`): where an objective names no inputTokens/outputTokens, a
+revision's benchmark sends what the service's live traffic looks like: the mean prompt and
+generation tokens per request of its serving pods over the last hour, or since its last
+benchmark run ended if that is sooner (the run's own requests are not live traffic; under
+MIN_WORKLOAD_WINDOW_SECONDS: not read), from `vllm:request_prompt_tokens` and
+`vllm:request_generation_tokens` (histograms: _sum / _count), once at least MIN_LIVE_REQUESTS
+requests finished in it; read when a revision's run is about to start, never more.
+
 The window is at least four scrape intervals (60 s at the default 15 s, the operator's
 scrapeInterval setting): fewer samples make no increase. Until the bake is that old, the
 window reaches back before the bake began (the canary's benchmark run, its start), so those
@@ -30,6 +38,7 @@ import re
 import time
 from typing import Any, Protocol
 
+from vllm_operator.api.records import LiveWorkload
 from vllm_operator.observe.state import LiveFigures
 
 log = logging.getLogger("vllm_operator")
@@ -59,6 +68,13 @@ class LiveReader(Protocol):
     ) -> LiveFigures:
         """The figures of the pods `selector` picks; `deadline` (time.monotonic()): raise
         LiveBudgetError rather than start a query past it (a reconcile's budget for its reads)."""
+        ...
+
+    def workload(
+        self, namespace: str, service: str, window_seconds: int, deadline: float | None = None
+    ) -> LiveWorkload | None:
+        """The service's live traffic shape over the last `window_seconds` (None: fewer than
+        MIN_LIVE_REQUESTS requests in it, or no such metrics)."""
         ...
 
 
@@ -140,6 +156,53 @@ def queries(
     }
 
 
+WORKLOAD_WINDOW_SECONDS = 3600
+# shorter than this since the service's last benchmark run ended: not read (too little traffic
+# to trust, and a window reaching into the run would read its requests as live traffic)
+MIN_WORKLOAD_WINDOW_SECONDS = 300
+MIN_LIVE_REQUESTS = 100
+
+
+def duration(seconds: int) -> str:
+    """A window as Prometheus and people read it: 1h, 25m, 290s."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+
+def workload_queries(namespace: str, service: str, window: str) -> dict[str, str]:
+    """The PromQL of the live workload's figures: the serving pods' (never a canary's)."""
+    sel = f'namespace="{namespace}",service="{service}"'  # (a canary's: service <name>-canary)
+
+    def total(series: str) -> str:
+        return f"sum(increase({series}{{{sel}}}[{window}]))"
+
+    return {
+        "requests": total("vllm:request_prompt_tokens_count"),
+        "prompt": total("vllm:request_prompt_tokens_sum"),
+        "generation": total("vllm:request_generation_tokens_sum"),
+        "generated": total("vllm:request_generation_tokens_count"),
+    }
+
+
+def shape(
+    got: dict[str, float | None], window: str, min_requests: int = MIN_LIVE_REQUESTS
+) -> LiveWorkload | None:
+    """The means of what workload_queries() answered (None: too few requests to trust)."""
+    requests, generated = got.get("requests"), got.get("generated")
+    prompt, generation = got.get("prompt"), got.get("generation")
+    if not requests or not generated or prompt is None or generation is None:
+        return None
+    if requests < min_requests or generated < min_requests:
+        return None
+    return LiveWorkload(
+        input_tokens=max(1, round(prompt / requests)),
+        output_tokens=max(1, round(generation / generated)),
+        requests=round(requests),
+        window=window,
+    )
+
+
 class PrometheusLive:
     """LiveReader over a Prometheus's HTTP API (prometheus-api-client's PrometheusConnect)."""
 
@@ -148,6 +211,7 @@ class PrometheusLive:
         url: str,
         timeout_seconds: float = CLIENT_TIMEOUT_SECONDS,
         min_window: int = MIN_WINDOW_SECONDS,
+        min_requests: int = MIN_LIVE_REQUESTS,
     ) -> None:
         # imported here: only an operator configured with a Prometheus pays for it
         from prometheus_api_client import PrometheusConnect  # noqa: PLC0415
@@ -155,6 +219,7 @@ class PrometheusLive:
 
         self.url = url
         self.min_window_seconds = min_window
+        self.min_requests = min_requests
         # `timeout`: the HTTP client's (requests': connect, and each read of the answer); the
         # query's own `timeout` parameter below is PromQL's, on the server's side
         self._prom = PrometheusConnect(
@@ -181,6 +246,18 @@ class PrometheusLive:
             ttft_p99_floor=ttft[1] if ttft else None,
             itl_p99_floor=itl[1] if itl else None,
         )
+
+    def workload(
+        self, namespace: str, service: str, window_seconds: int, deadline: float | None = None
+    ) -> LiveWorkload | None:
+        window = duration(window_seconds)
+        got: dict[str, float | None] = {}
+        for key, q in workload_queries(namespace, service, window).items():
+            if deadline is not None and time.monotonic() > deadline:
+                raise LiveBudgetError(f"the reads ran past their {READ_BUDGET_SECONDS:g} s budget")
+            answer = self._prom.custom_query(q, params={"timeout": f"{self._timeout:g}s"})
+            got[key] = _scalar(answer)
+        return shape(got, window, self.min_requests)
 
 
 _readers: dict[tuple[str, str], PrometheusLive] = {}

@@ -4,12 +4,13 @@ the benchmark history with its Jobs. No writes here."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import time
 from typing import Any, Protocol
 
-from vllm_operator.api.records import Run
+from vllm_operator.api.records import LiveWorkload, Run
 from vllm_operator.api.spec import Service
 from vllm_operator.observe.benchresult import (
     RUN_STATES,
@@ -21,7 +22,12 @@ from vllm_operator.observe.benchresult import (
     read_summary,
     summarize,
 )
-from vllm_operator.observe.live import READ_BUDGET_SECONDS, LiveReader
+from vllm_operator.observe.live import (
+    MIN_WORKLOAD_WINDOW_SECONDS,
+    READ_BUDGET_SECONDS,
+    WORKLOAD_WINDOW_SECONDS,
+    LiveReader,
+)
 from vllm_operator.observe.state import (
     MESSAGE_TAIL,
     Bake,
@@ -36,6 +42,7 @@ from vllm_operator.observe.state import (
 from vllm_operator.render.benchmark import (
     COMPONENT,
     CONFIRMATION_KEY,
+    LIVE_WORKLOAD_KEY,
     MESSAGE_KEY,
     RECORD_COMPONENT,
     REVISION_ANNOTATION,
@@ -229,13 +236,16 @@ def observe(
     after_writes: bool = False,
     live: LiveReader | None = None,
     recorded_rollout: dict[str, Any] | None = None,
+    revision: str = "",
 ) -> Observed:
     """Everything a reconcile decides on, read before anything is written. `after_writes`:
     the second look, after the reconcile's own writes: the Deployment comes from the watch
     cache, which holds what those writes answered (the first look reads it from the API
     server: the generation guard needs the latest). `live`: where a canary's bake reads its
     live figures (None: no Prometheus configured). `recorded_rollout`: status.rollout as the
-    operator last wrote it (its record of a bake that began, and when)."""
+    operator last wrote it (its record of a bake that began, and when). `revision`: the
+    spec's revision; while it has no run yet, the live workload is read for the run to start
+    (an objective that names no workload shape)."""
     now = dt.datetime.now(dt.UTC)
     recorded = dict(recorded_rollout or {})
     deployment = reader.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
@@ -297,6 +307,21 @@ def observe(
             now=now,
             recorded_start=recorded_bake_start(recorded, canary),
         )
+    workload = None
+    window = _workload_window(runs, now)
+    if live is not None and not after_writes and window and _wants_workload(svc, runs, revision):
+        try:
+            workload = live.workload(
+                svc.namespace, svc.name, window, time.monotonic() + READ_BUDGET_SECONDS
+            )
+        except Exception as exc:  # noqa: BLE001  (Prometheus down or slow: the default shape)
+            log.warning(
+                "%s/%s: the live workload shape could not be read from Prometheus (%s); the "
+                "benchmark sends the runner's default",
+                svc.namespace,
+                svc.name,
+                exc,
+            )
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -319,8 +344,35 @@ def observe(
         canary_waiting=canary_waiting,
         bake=bake,
         recorded_rollout=recorded,
+        live_workload=workload,
         observed_at=stamp(now),
     )
+
+
+def _workload_window(runs: tuple[Run, ...], now: dt.datetime) -> int:
+    """The live workload's window: the last hour, or since the service's last benchmark run
+    ended if sooner (its requests are the runner's, not the users'); 0 while a run goes or
+    when that leaves under MIN_WORKLOAD_WINDOW_SECONDS."""
+    window = WORKLOAD_WINDOW_SECONDS
+    for r in runs:
+        if r.state == "Running":
+            return 0
+        end = (r.result or {}).get("finishedAt") or r.created
+        with contextlib.suppress(ValueError, TypeError):
+            ended = dt.datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+            window = min(window, int((now - ended).total_seconds()))
+    return window if window >= MIN_WORKLOAD_WINDOW_SECONDS else 0
+
+
+def _wants_workload(svc: Service, runs: tuple[Run, ...], revision: str) -> bool:
+    """An objective that leaves a workload length to the live traffic, and the spec's
+    revision has no run yet (its run may start in this reconcile): read once per revision."""
+    o = svc.spec.objective
+    if o is None or not svc.spec.benchmark.enabled or not revision:
+        return False
+    if o.input_tokens is not None and o.output_tokens is not None:
+        return False
+    return not any(r.revision == revision for r in runs)
 
 
 def _measuring(deployment: dict[str, Any], runs: tuple[Run, ...]) -> bool:
@@ -407,6 +459,7 @@ def history(reader: Reader, svc: Service) -> list[Run]:
                 served_before=record.get(SERVED_BEFORE_KEY, ""),
                 spec_hash=record.get(SPEC_HASH_KEY, ""),
                 summary=pending,
+                live_workload=LiveWorkload.load(record.get(LIVE_WORKLOAD_KEY, "")),
             )
         )
     return sorted(runs, key=lambda r: r.created)

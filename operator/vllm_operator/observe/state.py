@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_operator import GROUP
-from vllm_operator.api.records import Run
+from vllm_operator.api.records import LiveWorkload, Run
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_ANNOTATION
 
 # On the serving Deployment: the spec its pod template was rendered from (reconcile writes it)
@@ -120,6 +120,9 @@ class Observed:
     # status.rollout as the operator last wrote it (its own record: a bake that began, its
     # verdict, outlive the children that carry them, which anyone can delete)
     recorded_rollout: dict[str, Any] = field(default_factory=dict)
+    # the live traffic shape, read where a revision's run with an objective that names no
+    # workload may start (observe/live.py workload); None: not read, or too little traffic
+    live_workload: LiveWorkload | None = None
     # when this was read, on the operator's clock (as the status writes times): a bake that
     # begins now is recorded as beginning then, and its elapsed time is read on the same clock
     observed_at: str = ""

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from vllm_operator import GROUP
-from vllm_operator.api.records import Target
+from vllm_operator.api.records import LiveWorkload, Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL, owner_reference
@@ -46,6 +46,7 @@ TARGET_ANNOTATION = f"{GROUP}/target-pod"
 # run's record: that revision as the run started (what its failure rolls back to)
 PREVIOUS_REVISION_ANNOTATION = f"{GROUP}/previous-revision"
 SERVED_BEFORE_KEY = "servedBefore"
+LIVE_WORKLOAD_KEY = "liveWorkload"  # the live traffic shape the run sends (LiveWorkload.dump)
 RESULTS_DIR = "/results"
 # leave the runner time to write its partial results before the Job's deadline kills it
 RUNNER_DEADLINE_MARGIN_SECONDS = 30
@@ -120,7 +121,11 @@ def render_result_configmap(svc: Service, rev: str) -> dict[str, Any]:
 
 
 def render_run_record(
-    svc: Service, rev: str, target: Target | None = None, served_before: str = ""
+    svc: Service,
+    rev: str,
+    target: Target | None = None,
+    served_before: str = "",
+    workload: LiveWorkload | None = None,
 ) -> dict[str, Any]:
     """Created with the run, before the Job: the spec of the revision (what a rollback
     restores, re-rendered by the operator of that moment) and its hash, the pod the run
@@ -138,6 +143,8 @@ def render_run_record(
         }
     if served_before:
         data[SERVED_BEFORE_KEY] = served_before
+    if workload is not None:
+        data[LIVE_WORKLOAD_KEY] = workload.dump()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -188,20 +195,31 @@ def render_account(svc: Service, rev: str) -> list[dict[str, Any]]:
 
 
 def runner_args(
-    svc: Service, settings: OperatorSettings, target: Target | None = None
+    svc: Service,
+    settings: OperatorSettings,
+    target: Target | None = None,
+    workload: LiveWorkload | None = None,
 ) -> list[str]:
     """The user's args first, the operator's flags last: argparse keeps the last value of a
     flag, so even a runner flag the CRD does not know yet cannot redirect the load (and the
     service's API key, sent as the bearer token) away from the service. `target`: the one pod
-    measured (decide/target_pod.py); without one, the Service (every replica, load-balanced)."""
+    measured (decide/target_pod.py); without one, the Service (every replica, load-balanced).
+    `workload`: the live traffic shape, for the lengths the objective leaves unset."""
     b, o = svc.spec.benchmark, svc.spec.objective
-    # the objective's workload shape (the CRD refuses the same flags in benchmark.args)
+    # the objective's workload shape (the CRD refuses the same flags in benchmark.args), else
+    # the live traffic's
+    live_in, live_out = (
+        (workload.input_tokens, workload.output_tokens) if workload is not None else (None, None)
+    )
     shape = (
         ()
         if o is None
-        else (("--input-tokens", o.input_tokens), ("--output-tokens", o.output_tokens))
+        else (
+            ("--input-tokens", o.input_tokens if o.input_tokens is not None else live_in),
+            ("--output-tokens", o.output_tokens if o.output_tokens is not None else live_out),
+        )
     )
-    workload = [x for flag, value in shape if value is not None for x in (flag, str(value))]
+    lengths = [x for flag, value in shape if value is not None for x in (flag, str(value))]
     # the objective itself: the runner's ladder then measures the concurrencies around where
     # latency crosses it (scenarios/batching.refine), what decide/capacity reads the capacity off
     judged = (
@@ -221,7 +239,7 @@ def runner_args(
     return [
         "run",
         *b.args,
-        *workload,
+        *lengths,
         "--url",
         target.url if target is not None else endpoint(svc, settings).removesuffix("/v1"),
         "--model",
@@ -258,7 +276,11 @@ def placement(svc: Service) -> dict[str, Any]:
 
 
 def render_job(
-    svc: Service, settings: OperatorSettings, rev: str, target: Target | None = None
+    svc: Service,
+    settings: OperatorSettings,
+    rev: str,
+    target: Target | None = None,
+    workload: LiveWorkload | None = None,
 ) -> dict[str, Any]:
     """`target`: the pod to measure (its IP and port; recorded on the Job as an annotation
     too, for `kubectl describe`); None: the Service."""
@@ -291,7 +313,7 @@ def render_job(
             "--revision",
             rev,
             "--",
-            *runner_args(svc, settings, target),
+            *runner_args(svc, settings, target, workload),
         ],
         "env": env,
         # one asyncio process: it never uses more than a core, and mostly waits on the server;

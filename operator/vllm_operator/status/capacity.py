@@ -27,6 +27,7 @@ def figures(c: Capacity) -> dict[str, Any]:
         "inputTokens": c.input_tokens,
         "outputTokens": c.output_tokens,
         "workloadSource": c.workload_source,
+        "workloadFrom": c.workload_from or None,
         "levels": [
             {
                 k: v

@@ -41,11 +41,13 @@ def render_start(svc: Service, settings: OperatorSettings, start: Start) -> list
     svc = svc.model_copy(update={"rerun": start.rerun})  # the run's name and Role follow it
     manifests = [
         *render_account(svc, start.revision),
-        render_job(svc, settings, start.revision, start.target),
+        render_job(svc, settings, start.revision, start.target, start.workload),
     ]
     if not start.resume:
         manifests[:0] = [
-            render_run_record(svc, start.revision, start.target, start.served_before),
+            render_run_record(
+                svc, start.revision, start.target, start.served_before, start.workload
+            ),
             render_result_configmap(svc, start.revision),
         ]
     return manifests

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime as dt
 import json
 import math
 from typing import Any
@@ -16,16 +17,24 @@ from pydantic import ValidationError
 from tests.unit.builders import body
 from tests.unit.fake_api import FakeApi, applied, rolled_out, template_revision
 from vllm_operator import API_VERSION
-from vllm_operator.api.records import Capacity, Run
+from vllm_operator.api.records import Capacity, LiveWorkload, Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.decide import capacity
 from vllm_operator.decide.policy import confirming
 from vllm_operator.observe.benchresult import read_job_report, read_summary, summarize
+from vllm_operator.observe.live import MIN_LIVE_REQUESTS, duration, shape, workload_queries
+from vllm_operator.observe.read import _workload_window
 from vllm_operator.observe.state import Observed
 from vllm_operator.reconcile import reconcile
 from vllm_operator.render.autoscaling import quantity, render_hpa, seconds
-from vllm_operator.render.benchmark import revision, run_name, runner_args
+from vllm_operator.render.benchmark import (
+    LIVE_WORKLOAD_KEY,
+    record_name,
+    revision,
+    run_name,
+    runner_args,
+)
 from vllm_operator.render.deployment import render_pod_template
 from vllm_operator.render.monitoring import (
     BAND_METRIC,
@@ -495,3 +504,130 @@ def test_the_ladder_survives_the_runs_summary_and_gives_the_same_capacity() -> N
     assert "samples" not in report.result["scenarios"]["batching"]
     run = dataclasses.replace(a_run([]), result=report.result)
     assert capacity.derive(svc().spec.objective, run, 50_000) == derived(ladder())  # type: ignore[arg-type]
+
+
+# ---- the workload shape from live traffic ---------------------------------------------------
+
+
+class LiveShape:
+    """Prometheus as the test sets it: the service's live workload shape (observe/live.py)."""
+
+    min_window_seconds = 8
+
+    def __init__(self, shape: LiveWorkload | None) -> None:
+        self.shape = shape
+        self.reads: list[tuple[str, str]] = []
+
+    def figures(self, *_: Any, **__: Any) -> Any:
+        raise AssertionError("no bake here")
+
+    def workload(
+        self, namespace: str, service: str, window_seconds: int, deadline: float | None = None
+    ) -> LiveWorkload | None:
+        self.reads.append((namespace, service))
+        self.window = window_seconds
+        return self.shape
+
+
+def job_args(api: FakeApi, run: str) -> list[str]:
+    job = api.objects[_path("batch/v1", "Job", "ns", run)]
+    return list(job["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+LIVE = LiveWorkload(input_tokens=512, output_tokens=96, requests=400, window="1h")
+
+
+def test_without_lengths_in_the_objective_the_run_sends_the_live_traffics_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader = LiveShape(LIVE)
+    monkeypatch.setattr("vllm_operator.reconcile.live_reader", lambda url, interval: reader)
+    api = FakeApi(SETTINGS)
+    apply(api, 8)
+    rolled_out(api)
+    reconciled(api)
+    run = the_run(8)
+    args = job_args(api, run)
+    assert (flag(args, "--input-tokens"), flag(args, "--output-tokens")) == ("512", "96")
+    record = api.objects[_path("v1", "ConfigMap", "ns", record_name(run))]["data"]
+    assert LiveWorkload.load(record[LIVE_WORKLOAD_KEY]) == LIVE
+    assert reader.reads == [("ns", "minimal")] * len(reader.reads)
+    assert reader.reads  # positive control: the read ran
+    assert reader.window == 3600  # no run of the service yet: the last hour
+    read_before = len(reader.reads)
+    publish(api, run, ladder())
+    reconciled(api)
+    reconciled(api)
+    # read once per revision: the revision has its run now, later reconciles read nothing
+    assert len(reader.reads) == read_before
+    shown = status(api)["capacity"]
+    assert shown["workloadSource"] == "liveTraffic"
+    assert shown["workloadFrom"] == (
+        "live traffic: 512 prompt / 96 output tokens, the mean of about 400 requests over 1h"
+    )
+
+
+def test_the_objectives_lengths_win_and_too_little_traffic_leaves_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader = LiveShape(LIVE)
+    monkeypatch.setattr("vllm_operator.reconcile.live_reader", lambda url, interval: reader)
+    api = FakeApi(SETTINGS)
+    apply(api, 8, inputTokens=2048)
+    rolled_out(api)
+    reconciled(api)
+    args = job_args(api, the_run(8))
+    # the input length the objective names, the output length the live traffic's
+    assert (flag(args, "--input-tokens"), flag(args, "--output-tokens")) == ("2048", "96")
+    # both named: nothing is read
+    reads = len(reader.reads)
+    assert reads > 0
+    apply(api, 16, inputTokens=2048, outputTokens=32)
+    assert len(reader.reads) == reads
+    # too little traffic (the reader's None): the runner's default lengths
+    none = LiveShape(None)
+    monkeypatch.setattr("vllm_operator.reconcile.live_reader", lambda url, interval: none)
+    api = FakeApi(SETTINGS)
+    apply(api, 8)
+    rolled_out(api)
+    reconciled(api)
+    args = job_args(api, the_run(8))
+    assert none.reads
+    assert "--input-tokens" not in args
+    assert "--output-tokens" not in args
+
+
+def test_the_live_shape_is_the_mean_of_enough_requests() -> None:
+    got = {"requests": 400.0, "prompt": 400 * 511.6, "generated": 398.0, "generation": 398 * 96.2}
+    assert shape(got, "1h") == LiveWorkload(512, 96, 400, "1h")
+    assert shape({**got, "requests": MIN_LIVE_REQUESTS - 1.0}, "1h") is None
+    assert shape({**got, "generated": None}, "1h") is None
+    assert shape({}, "1h") is None
+    # the serving pods' series only (a canary's are service <name>-canary)
+    assert all(
+        'service="llama"}[25m]' in q for q in workload_queries("ns", "llama", "25m").values()
+    )
+    assert (duration(3600), duration(1500), duration(290)) == ("1h", "25m", "290s")
+
+
+def test_the_live_window_leaves_out_the_services_own_benchmark_runs() -> None:
+    now = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
+
+    def run(state: str, ended_minutes_ago: float) -> Run:
+        at = (now - dt.timedelta(minutes=ended_minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return Run("r", "n", at, state, "{}", {"finishedAt": at} if state != "Running" else None)
+
+    assert _workload_window((), now) == 3600
+    assert _workload_window((run("Complete", 90),), now) == 3600
+    assert _workload_window((run("Complete", 90), run("Complete", 20)), now) == 1200
+    # under 5 minutes since a run ended, or a run going: not read
+    assert _workload_window((run("Complete", 4),), now) == 0
+    assert _workload_window((run("Running", 30),), now) == 0
+    # a record is input: anything but what dump() writes reads as none
+    assert LiveWorkload.load(LIVE.dump()) == LIVE
+    for bad in ("", "[]", "{}", '{"inputTokens": -1, "outputTokens": 1, "requests": 1}', "x"):
+        assert LiveWorkload.load(bad) is None
