@@ -138,6 +138,14 @@ bench-no-drop: setup ## streaming clients through a 2-replica CPU service over N
 bench-runner: venv vllm ## the benchmark runner vs upstream `vllm bench serve` on one vLLM server (throughput ratio, client CPU)
 	$(PY) benchmarks/bench_vs_vllm.py --rounds 4
 
+.PHONY: bench-autoscaling
+# the simulation only (pure Python, ~2 min); its validation against one real CPU vLLM server
+# (needs `make vllm`; ~4 min): $(PY) benchmarks/autoscaling_replay.py validate --time-scale 0.08
+# --name validation. docs/autoscaling-replay.md has the figures.
+bench-autoscaling: venv ## replay a staged ramp, bursts and a step per policy (derived target, band, static peak), one pod and a 16-pod fleet: SLO attainment, replica-seconds
+	$(PY) benchmarks/autoscaling_replay.py simulate --pods 1 --max-replicas 4 --startup-seconds 30 --name real-node-sized
+	$(PY) benchmarks/autoscaling_replay.py simulate --pods 16 --max-replicas 48 --startup-seconds 200 --name fleet
+
 .PHONY: clean
 clean: ## remove caches of the Python tools (keeps the built binaries and venvs)
 	rm -rf .mypy_cache .ruff_cache .pytest_cache
