@@ -69,6 +69,7 @@ from vllm_operator.status.failures import (
     read_failed_status,
 )
 from vllm_operator.status.prose import rendering_changed
+from vllm_operator.status.startup import slow_start_message
 from vllm_operator.write.apply import (
     MONITORING_PRUNABLE,
     PRUNABLE,
@@ -279,8 +280,15 @@ def _pipeline(
     own = render_pod_template(svc, settings)
     rev = revision(own)
     live = live_reader(settings.prometheus_url, settings.scrape_interval)
+    ready = old_status.get("readyReplicas")
     seen = observe(
-        writer, svc, live=live, recorded_rollout=old_status.get("rollout") or {}, revision=rev
+        writer,
+        svc,
+        live=live,
+        recorded_rollout=old_status.get("rollout") or {},
+        revision=rev,
+        recorded_startup=old_status.get("startup"),
+        recorded_ready=ready if isinstance(ready, int) else None,
     )
     if seen.written_generation > svc.generation:
         # the Deployment was written from a later generation than this (stale) read of the
@@ -355,6 +363,7 @@ def _pipeline(
             capacity=capacity.of_revision(svc, obs.runs, serving_rev),
             candidate=capacity.of_revision(svc, obs.runs, rev) if rev != serving_rev else None,
             serving_revision=serving_rev,
+            starts=seen.starts,  # (the first look's: the look after the writes reads none)
         )
 
     # apply (the one writer): the children, then the plan
@@ -504,6 +513,17 @@ BENCHMARK_WARNINGS = frozenset({"BenchmarkFailed", "BenchmarkTimedOut"}) | REFUS
 BAKE_WARNINGS = {"Inconclusive": "BakeInconclusive", "Skipped": "BakeSkipped"}
 
 
+def _slow_starts(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    """A Warning per pod start much slower than its revision's earlier ones, once: a start is
+    recorded once (by its uid), so it is new where the old status does not hold it."""
+    before = {r.get("uid") for r in (old.get("startup") or {}).get("recent") or []}
+    return [
+        Event("Warning", "SlowStart", slow_start_message(r))
+        for r in (new.get("startup") or {}).get("recent") or []
+        if r.get("slowerThanUsual") and r.get("uid") not in before
+    ]
+
+
 def _events(
     old: dict[str, Any],
     new: dict[str, Any],
@@ -571,6 +591,7 @@ def _events(
         != ((was_r.get("bake") or {}).get("verdict"), was_r.get("revision"))
     ):
         events.append(Event("Warning", BAKE_WARNINGS[verdict], str(now_r.get("message", ""))))
+    events += _slow_starts(old, new)
     # a rollback stays in force though this operator renders the pod templates differently
     # now: said once (the rollback's own Warning, when it begins now, says it already)
     was, now = old.get("benchmark") or {}, new.get("benchmark") or {}

@@ -128,6 +128,16 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
         assert "vllm:num_requests_waiting" in r.read().decode()
 
     first = _wait_benchmarked(lc, ns, None, timeout=900)
+    # the pod's start (issue 34): its phases in the status, read once it was Ready; vLLM's own
+    # figures from its log beside what Kubernetes' stamps say (printed: the numbers to compare)
+    startup = wait_for(
+        "status.startup of the first pod",
+        lambda: _json(lc, "get", "vllmservice", SERVICE, "-n", ns)["status"].get("startup"),
+    )
+    last = startup["last"]
+    assert last["loadSeconds"] > 0, last
+    assert last["readySeconds"] <= last["loadSeconds"], last
+    print(f"\nthe first pod's start: {json.dumps(last, sort_keys=True)}")
     bench = first["status"]["benchmark"]
     assert bench["outputTokensPerSecond"] > 0, bench
     assert bench["kvCacheTokens"] > 0, bench

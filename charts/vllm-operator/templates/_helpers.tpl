@@ -149,8 +149,13 @@ refusal, and every grant used. */}}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
-# Events on the VLLMService, one per condition transition
+# a pod's start, once, when it is first Ready (status.startup): vLLM's own start-up lines
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+# Events on the VLLMService, one per condition transition; a pod's image pull (its Pulled
+# event), read once per start
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, list]
 {{- end }}

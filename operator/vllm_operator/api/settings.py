@@ -40,6 +40,13 @@ class OperatorSettings(BaseSettings):
         "most this long (then spec.replicas applies; 0: no hold). 300 s is the HPA's own "
         "scale-down stabilisation window.",
     )
+    slow_start_factor: float = Field(
+        default=1.5,
+        gt=1,
+        le=100,
+        description="A pod's start (created to Ready) slower than this multiple of the median "
+        "of its revision's earlier recent starts is a Warning event (SlowStart).",
+    )
     cluster_domain: str = "cluster.local"
     namespace: str | None = Field(
         default=None, description="Watch only this namespace (legacy; see `namespaces`)."

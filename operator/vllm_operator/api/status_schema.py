@@ -4,7 +4,7 @@ vllm_operator.status."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -163,6 +163,70 @@ class LatencyGuardStatus(_Model):
     )
 
 
+def _secs(what: str) -> Any:
+    return Field(default=None, ge=0, description=what + " (seconds).")
+
+
+class PodStartStatus(_Model):
+    """One start of one pod (observe/startup.py): a phase not known is absent."""
+
+    pod: str = Field(description="The pod.")
+    uid: str = Field(description="Its uid (a start is recorded once).")
+    revision: str = Field(default="", description="The revision it runs.")
+    created_at: str | None = Field(default=None, description="Its creationTimestamp.")
+    ready_at: str | None = Field(default=None, description="When it became Ready.")
+    load_seconds: float = Field(ge=0, description="The whole start: created to Ready (seconds).")
+    restarts: int = Field(default=0, ge=0, description="Server restarts before it served.")
+    scheduled_seconds: float | None = _secs("Created to scheduled (PodScheduled)")
+    image_pull_seconds: float | None = _secs(
+        "The server image's pull, from the kubelet's Pulled event (0: already present)"
+    )
+    container_started_seconds: float | None = _secs(
+        "Scheduled to the server container running (the image pull, volumes, the sandbox)"
+    )
+    ready_seconds: float | None = _secs(
+        "The container's start to Ready: vLLM's own start until /health answers 200"
+    )
+    weights_seconds: float | None = _secs("vLLM: loading the weights (its log)")
+    model_load_seconds: float | None = _secs("vLLM: loading the model, weights included")
+    compile_seconds: float | None = _secs("vLLM: torch.compile, in total")
+    graph_capture_seconds: float | None = _secs("vLLM: capturing CUDA graphs")
+    engine_init_seconds: float | None = _secs(
+        "vLLM: init engine (profile, create KV cache, warm up; compile and graphs included)"
+    )
+    server_seconds: float | None = _secs(
+        "vLLM's log from its first line to 'Application startup complete' (the server's own "
+        "figure of its start, to the second)"
+    )
+    slower_than_usual: float | None = Field(
+        default=None,
+        description="This start's loadSeconds over the median of the revision's earlier "
+        "recent starts, where above the operator's slowStartFactor (a SlowStart Warning).",
+    )
+
+
+class RevisionStartsStatus(_Model):
+    """The starts of one revision seen by this operator (its recent ones)."""
+
+    revision: str = Field(description="The revision.")
+    starts: int = Field(ge=0, description="Starts recorded.")
+    last_load_seconds: float | None = _secs("The last start's loadSeconds")
+    median_load_seconds: float | None = _secs("The median loadSeconds of its recent starts")
+    slowest_load_seconds: float | None = _secs("The slowest start recorded")
+
+
+class StartupStatus(_Model):
+    """Where the pods' starts spent their time (read once per pod when it is first Ready)."""
+
+    last: PodStartStatus | None = Field(default=None, description="The last start.")
+    recent: list[PodStartStatus] = Field(
+        default_factory=list, max_length=10, description="The most recent starts."
+    )
+    revisions: list[RevisionStartsStatus] = Field(
+        default_factory=list, max_length=5, description="Per revision, its starts' figures."
+    )
+
+
 class AutoscalingStatus(_Model):
     """The HorizontalPodAutoscaler as its controller last reported it."""
 
@@ -303,6 +367,11 @@ class VLLMServiceStatus(_Model):
     benchmark: BenchmarkStatus | None = Field(default=None, description="Latest benchmark.")
     rollout: RolloutStatus | None = Field(
         default=None, description="The last revision rolled out through a canary."
+    )
+    startup: StartupStatus | None = Field(
+        default=None,
+        description="Where each pod's start spent its time (scheduled, image pulled, "
+        "container started, vLLM's weights, compile, graphs, engine init, Ready), per revision.",
     )
     autoscaling: AutoscalingStatus | None = Field(
         default=None, description="The autoscaler's state (when autoscaling is enabled)."

@@ -237,6 +237,13 @@ def crd() -> dict[str, Any]:
                             ".status.autoscaling.policy)",
                         },
                         {
+                            "name": "Load",
+                            "type": "number",
+                            "jsonPath": ".status.startup.last.loadSeconds",
+                            "description": "The last pod start, created to Ready (seconds; "
+                            "its phases: .status.startup.last)",
+                        },
+                        {
                             "name": "Passed",
                             "type": "string",
                             "priority": 1,

@@ -28,6 +28,7 @@ from vllm_operator.observe.live import (
     WORKLOAD_WINDOW_SECONDS,
     LiveReader,
 )
+from vllm_operator.observe.startup import MAX_LOG_BYTES, PodStart, pod_start
 from vllm_operator.observe.state import (
     MESSAGE_TAIL,
     Bake,
@@ -57,6 +58,7 @@ from vllm_operator.render.benchmark import (
     recorded_target,
 )
 from vllm_operator.render.canary import bake_endpoints_name, canary_name, canary_selector
+from vllm_operator.render.deployment import CONTAINER
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
 
@@ -83,6 +85,12 @@ class Reader(Protocol):
 
     def serves(self, group_version: str, plurals: set[str]) -> bool:
         """The API server serves every resource in `plurals` of `group_version`."""
+
+    def events_of(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events of one object."""
+
+    def pod_log(self, namespace: str, pod: str, container: str, limit_bytes: int) -> str:
+        """The first `limit_bytes` of a container's log."""
 
 
 def _baking_pod_problem(
@@ -237,6 +245,8 @@ def observe(
     live: LiveReader | None = None,
     recorded_rollout: dict[str, Any] | None = None,
     revision: str = "",
+    recorded_startup: dict[str, Any] | None = None,
+    recorded_ready: int | None = None,
 ) -> Observed:
     """Everything a reconcile decides on, read before anything is written. `after_writes`:
     the second look, after the reconcile's own writes: the Deployment comes from the watch
@@ -245,7 +255,9 @@ def observe(
     live figures (None: no Prometheus configured). `recorded_rollout`: status.rollout as the
     operator last wrote it (its record of a bake that began, and when). `revision`: the
     spec's revision; while it has no run yet, the live workload is read for the run to start
-    (an objective that names no workload shape)."""
+    (an objective that names no workload shape). `recorded_startup`, `recorded_ready`:
+    status.startup and status.readyReplicas as last written: a pod Ready since (more Ready
+    than recorded), or none recorded yet, has its start read (observe/startup.py)."""
     now = dt.datetime.now(dt.UTC)
     recorded = dict(recorded_rollout or {})
     deployment = reader.get("apps/v1", "Deployment", svc.namespace, svc.name, cached=after_writes)
@@ -254,6 +266,7 @@ def observe(
         hpa = reader.get("autoscaling/v2", "HorizontalPodAutoscaler", svc.namespace, svc.name)
     problems: tuple[PodProblem, ...] = ()
     waiting: tuple[PodProblem, ...] = ()
+    serving_pods: list[dict[str, Any]] | None = None
     if deployment is not None:
         ready = deployment.get("status", {}).get("readyReplicas", 0)
         wanted = deployment.get("spec", {}).get("replicas", 0)
@@ -261,9 +274,8 @@ def observe(
         # pod that waits for room: render/deployment.surge_refused)
         if ready < wanted or not rolled_out(deployment):
             selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
-            problems, waiting = pod_problems(
-                reader.list_children("v1", "Pod", svc.namespace, selector)
-            )
+            serving_pods = reader.list_children("v1", "Pod", svc.namespace, selector)
+            problems, waiting = pod_problems(serving_pods)
     jobs: tuple[JobState, ...] = ()
     runs: tuple[Run, ...] = ()
     if svc.spec.benchmark.enabled:
@@ -307,21 +319,19 @@ def observe(
             now=now,
             recorded_start=recorded_bake_start(recorded, canary),
         )
-    workload = None
-    window = _workload_window(runs, now)
-    if live is not None and not after_writes and window and _wants_workload(svc, runs, revision):
-        try:
-            workload = live.workload(
-                svc.namespace, svc.name, window, time.monotonic() + READ_BUDGET_SECONDS
-            )
-        except Exception as exc:  # noqa: BLE001  (Prometheus down or slow: the default shape)
-            log.warning(
-                "%s/%s: the live workload shape could not be read from Prometheus (%s); the "
-                "benchmark sends the runner's default",
-                svc.namespace,
-                svc.name,
-                exc,
-            )
+    workload = None if after_writes else _live_workload(svc, live, runs, revision, now)
+    starts: tuple[PodStart, ...] = ()
+    if not after_writes:
+        starts = _starts(
+            reader,
+            svc,
+            deployment=deployment if deployment is not None and _owned(deployment, svc) else None,
+            serving_pods=serving_pods,
+            canary=canary,
+            canary_pods=canary_pods or (),
+            recorded=recorded_startup,
+            recorded_ready=recorded_ready,
+        )
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -345,8 +355,99 @@ def observe(
         bake=bake,
         recorded_rollout=recorded,
         live_workload=workload,
+        starts=starts,
         observed_at=stamp(now),
     )
+
+
+def _live_workload(
+    svc: Service, live: LiveReader | None, runs: tuple[Run, ...], revision: str, now: dt.datetime
+) -> LiveWorkload | None:
+    """The live traffic shape for the spec's revision's run to start (None: not wanted, not
+    enough traffic, or Prometheus could not answer)."""
+    window = _workload_window(runs, now)
+    if live is None or not window or not _wants_workload(svc, runs, revision):
+        return None
+    try:
+        return live.workload(
+            svc.namespace, svc.name, window, time.monotonic() + READ_BUDGET_SECONDS
+        )
+    except Exception as exc:  # noqa: BLE001  (Prometheus down or slow: the default shape)
+        log.warning(
+            "%s/%s: the live workload shape could not be read from Prometheus (%s); the "
+            "benchmark sends the runner's default",
+            svc.namespace,
+            svc.name,
+            exc,
+        )
+        return None
+
+
+def _starts(
+    reader: Reader,
+    svc: Service,
+    *,
+    deployment: dict[str, Any] | None,
+    serving_pods: list[dict[str, Any]] | None,
+    canary: dict[str, Any] | None,
+    canary_pods: tuple[dict[str, Any], ...],
+    recorded: dict[str, Any] | None,
+    recorded_ready: int | None,
+) -> tuple[PodStart, ...]:
+    """The starts of the serving and canary pods Ready since the last status: looked for where
+    the Deployment has more Ready pods than the status recorded, none recorded yet, or the pods
+    were listed anyway (the watch cache's: no request)."""
+    starts: tuple[PodStart, ...] = ()
+    if deployment is not None:
+        ready = int(deployment.get("status", {}).get("readyReplicas") or 0)
+        if ready > 0 and (
+            serving_pods is not None or not recorded or ready > (recorded_ready or 0)
+        ):
+            if serving_pods is None:
+                selector = ",".join(f"{k}={v}" for k, v in selector_labels(svc).items())
+                serving_pods = reader.list_children("v1", "Pod", svc.namespace, selector)
+            annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+            rev = str(annotations.get(REVISION_ANNOTATION, ""))
+            starts += _read_starts(reader, svc, serving_pods, rev, recorded)
+    if canary is not None and canary_pods:
+        annotations = (canary.get("metadata") or {}).get("annotations") or {}
+        rev = str(annotations.get(REVISION_ANNOTATION, ""))
+        starts += _read_starts(reader, svc, list(canary_pods), rev, recorded)
+    return starts
+
+
+def _read_starts(
+    reader: Reader,
+    svc: Service,
+    pods: list[dict[str, Any]],
+    revision: str,
+    recorded: dict[str, Any] | None,
+) -> tuple[PodStart, ...]:
+    """The starts of the Ready pods whose start is not recorded yet: their Pulled event and
+    the start of the server's log, read once per pod. A read refused (RBAC without pods/log or
+    events list) leaves those phases out; the start is recorded all the same."""
+    known = {r.get("uid") for r in (recorded or {}).get("recent") or [] if isinstance(r, dict)}
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") in known or meta.get("deletionTimestamp"):
+            continue
+        if pod_start(pod, revision, CONTAINER) is None:  # not Ready yet
+            continue
+        name = str(meta.get("name", ""))
+        events: list[dict[str, Any]] = []
+        log_text = ""
+        try:
+            events = reader.events_of(svc.namespace, "Pod", name)
+            log_text = reader.pod_log(svc.namespace, name, CONTAINER, MAX_LOG_BYTES)
+        except Exception as exc:  # noqa: BLE001  (refused, failed: those phases left out)
+            log.warning(
+                "%s/%s: the start of pod %s, read in part: %s", svc.namespace, svc.name, name, exc
+            )
+        start = pod_start(pod, revision, CONTAINER, events, log_text)
+        if start is not None:
+            out.append(start)
+    return tuple(out)
 
 
 def _workload_window(runs: tuple[Run, ...], now: dt.datetime) -> int:

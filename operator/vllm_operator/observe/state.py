@@ -11,6 +11,7 @@ from typing import Any
 
 from vllm_operator import GROUP
 from vllm_operator.api.records import LiveWorkload, Run
+from vllm_operator.observe.startup import PodStart
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_ANNOTATION
 
 # On the serving Deployment: the spec its pod template was rendered from (reconcile writes it)
@@ -123,6 +124,8 @@ class Observed:
     # the live traffic shape, read where a revision's run with an objective that names no
     # workload may start (observe/live.py workload); None: not read, or too little traffic
     live_workload: LiveWorkload | None = None
+    # the starts of pods first seen Ready in this look (observe/startup.py): status.startup
+    starts: tuple[PodStart, ...] = ()
     # when this was read, on the operator's clock (as the status writes times): a bake that
     # begins now is recorded as beginning then, and its elapsed time is read on the same clock
     observed_at: str = ""

@@ -23,6 +23,7 @@ from typing import Any
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.decide.progressive import Rollout, rollout_status
+from vllm_operator.observe.startup import PodStart
 from vllm_operator.observe.state import BenchView, Observed
 from vllm_operator.render.meta import selector_labels
 from vllm_operator.render.service import endpoint
@@ -34,6 +35,7 @@ from vllm_operator.status.failures import READ_FAILED, Refusal, synced_condition
 from vllm_operator.status.monitoring import _monitoring
 from vllm_operator.status.prose import _rendered_anew
 from vllm_operator.status.rollout import _canary_conditions, _rollout
+from vllm_operator.status.startup import _startup
 
 
 def compute_status(
@@ -52,6 +54,7 @@ def compute_status(
     capacity: CapacityView = None,
     candidate: CapacityView = None,
     serving_revision: str = "",
+    starts: tuple[PodStart, ...] = (),
 ) -> dict[str, Any]:
     """`refused`: what this reconcile could not write or read of the children (the
     ChildrenSynced condition; None: not reported). A write refused (not a read: that is
@@ -61,7 +64,8 @@ def compute_status(
     revision's way through a canary (status.rollout; Progressing while it is measured,
     Degraded once it is aborted). `capacity`: the serving revision's (`serving_revision`)
     capacity against the objective, `candidate`: the revision measured now's
-    (decide/capacity.of_revision)."""
+    (decide/capacity.of_revision). `starts`: the pods' starts read by this reconcile's first
+    look (status.startup, merged into the old one's)."""
     conds, counts = _rollout(svc, obs)
     status: dict[str, Any] = {
         "observedGeneration": svc.generation,
@@ -72,6 +76,8 @@ def compute_status(
     }
     if revision:
         status["revision"] = revision
+    if (startup := _startup(old.get("startup"), starts, settings.slow_start_factor)) is not None:
+        status["startup"] = startup
     autoscaling, autoscaling_conds = _autoscaling(svc, obs, settings, capacity)
     if autoscaling is not None:
         status["autoscaling"] = autoscaling

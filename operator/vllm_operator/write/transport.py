@@ -200,6 +200,7 @@ class Kube:
         query: list[tuple[str, str]] | None,
         content_type: str,
         timeout: float | tuple[float, float],
+        accept: str = "application/json",
     ) -> Any:
         if method != "GET":
             left = self.fence() if self.fence is not None else None
@@ -212,7 +213,7 @@ class Kube:
             method=method,
             resource_path=path,
             query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={"Accept": accept, "Content-Type": content_type},
             body=body,  # the REST client serialises dicts for JSON and apply-patch+yaml
             auth_settings=["BearerToken"],
         )
@@ -340,6 +341,46 @@ class Kube:
         except ApiException as exc:
             raise _read_failed(f"listing {kind}s", exc) from exc
         return list(out.get("items", []))
+
+    def events_of(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events of one object (core/v1, by field selector on the involved object)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        try:
+            out = self._call(
+                "GET", f"/api/v1/namespaces/{namespace}/events", query=[("fieldSelector", selector)]
+            )
+        except ApiException as exc:
+            raise _read_failed(f"listing the events of {kind} {name}", exc) from exc
+        return list(out.get("items", []))
+
+    def pod_log(self, namespace: str, pod: str, container: str, limit_bytes: int) -> str:
+        """The first `limit_bytes` of a container's log (of its current run)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        query = [("container", container), ("limitBytes", str(limit_bytes))]
+        try:
+            return self._text("GET", path, query)
+        except ApiException as exc:
+            raise _read_failed(f"reading the log of pod {pod}", exc) from exc
+
+    def _text(self, method: str, path: str, query: list[tuple[str, str]]) -> str:
+        """One HTTP call whose answer is text (a pod's log), not JSON."""
+        resp = self._request(
+            method,
+            path=path,
+            body=None,
+            query=query,
+            content_type="application/json",
+            timeout=30,
+            accept="text/plain, */*",
+        )
+        data = resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(
+                status=resp.status,
+                reason=resp.reason,
+                body=data.decode(errors="replace") if data else None,
+            )
+        return data.decode(errors="replace") if data else ""
 
     def serves(self, group_version: str, plurals: set[str]) -> bool:
         """True when the API server serves every resource in `plurals` of `group_version`

@@ -78,6 +78,7 @@ def test_every_operator_setting_is_a_value_or_derived_from_one(
     typed: dict[str, Any] = {
         "resyncSeconds": 7.5,
         "replicasHoldSeconds": 120,
+        "slowStartFactor": 2.5,
         "workers": 48,
         "watchTimeoutSeconds": 9,
         "scrapeInterval": "30s",

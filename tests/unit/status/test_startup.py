@@ -1,0 +1,121 @@
+"""A pod's start, read once (observe/startup.py) and shown per revision (status/startup.py),
+on vLLM's own log of a real start (an H100, vLLM 0.26.0: benchmarks/gpu/results/logs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vllm_operator.observe.startup import engine_figures, pod_start, pull_seconds
+from vllm_operator.reconcile import _slow_starts
+from vllm_operator.status.startup import _startup
+
+LOG = (
+    Path(__file__).resolve().parents[3]
+    / "benchmarks/gpu/results/logs/issue35-h100/vllm-llama3-8b-2048.log"
+)
+
+
+def pod(
+    name: str, uid: str, created: str, ready: str, ready_status: str = "True"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": uid, "creationTimestamp": created},
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": created[:-3] + "02Z",
+                },
+                {"type": "Ready", "status": ready_status, "lastTransitionTime": ready},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "vllm",
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": created[:-3] + "10Z"}},
+                }
+            ],
+        },
+    }
+
+
+def test_vllms_own_figures_are_read_from_a_real_log() -> None:
+    figures = engine_figures(LOG.read_text())
+    assert figures["weightsSeconds"] == 1.88
+    assert figures["modelLoadSeconds"] == 4.36706
+    assert figures["compileSeconds"] == 23.88
+    assert figures["graphCaptureSeconds"] == 5.0
+    assert figures["engineInitSeconds"] == 55.94
+    # its first line (19:43:48) to "Application startup complete." (after 19:45:21)
+    assert 90 <= figures["serverSeconds"] <= 120, figures
+    assert engine_figures("no vLLM here") == {}
+
+
+def test_a_pods_phases_from_its_stamps_its_pulled_event_and_its_log() -> None:
+    events = [
+        {"reason": "Pulling", "message": 'Pulling image "vllm"'},
+        {
+            "reason": "Pulled",
+            "message": 'Successfully pulled image "vllm" in 2.5s (2.5s including waiting)',
+        },
+    ]
+    p = pod("a", "u1", "2030-01-01T00:00:00Z", "2030-01-01T00:02:10Z")
+    start = pod_start(p, "rev1", "vllm", events, LOG.read_text())
+    assert start is not None
+    assert start.load_seconds == 130
+    assert start.phases["scheduledSeconds"] == 2
+    assert start.phases["imagePullSeconds"] == 2.5
+    assert start.phases["containerStartedSeconds"] == 8
+    assert start.phases["readySeconds"] == 120
+    assert start.phases["engineInitSeconds"] == 55.94
+    assert (
+        pull_seconds(
+            [{"reason": "Pulled", "message": "Container image already present on machine"}]
+        )
+        == 0
+    )
+    assert (
+        pull_seconds([{"reason": "Pulled", "message": "Successfully pulled image x in 850ms"}])
+        == 0.85
+    )
+    # not Ready: no start yet
+    assert pod_start(pod("b", "u2", "2030-01-01T00:00:00Z", "x", "False"), "rev1", "vllm") is None
+
+
+def test_starts_are_recorded_once_per_revision_and_a_slow_one_is_marked() -> None:
+    def start(uid: str, minute: int, load_minutes: int) -> Any:
+        created = f"2030-01-01T00:{minute:02d}:00Z"
+        ready = f"2030-01-01T00:{minute + load_minutes:02d}:00Z"
+        s = pod_start(pod(uid, uid, created, ready), "rev1", "vllm")
+        assert s is not None
+        return s
+
+    one = _startup(None, [start("a", 0, 2)], 1.5)
+    assert one is not None
+    assert one["last"]["loadSeconds"] == 120
+    assert one["revisions"] == [
+        {
+            "revision": "rev1",
+            "starts": 1,
+            "lastLoadSeconds": 120,
+            "medianLoadSeconds": 120,
+            "slowestLoadSeconds": 120,
+        }
+    ]
+    # the same start again (a second look of the same reconcile): not counted twice
+    assert _startup(one, [start("a", 0, 2)], 1.5) == one
+    two = _startup(one, [start("b", 10, 2)], 1.5)
+    assert two is not None
+    assert "slowerThanUsual" not in two["last"]
+    slow = _startup(two, [start("c", 20, 5)], 1.5)
+    assert slow is not None
+    assert slow["last"]["slowerThanUsual"] == 2.5
+    assert slow["revisions"][0]["starts"] == 3
+    assert slow["revisions"][0]["slowestLoadSeconds"] == 300
+    # one Warning, when the slow start is first recorded
+    events = _slow_starts({"startup": two}, {"startup": slow})
+    assert [e.reason for e in events] == ["SlowStart"]
+    assert "2.5x the median" in events[0].message
+    assert _slow_starts({"startup": slow}, {"startup": slow}) == []
