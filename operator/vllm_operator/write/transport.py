@@ -233,13 +233,7 @@ class Kube:
         resp = self._request(
             method, path=path, body=body, query=query, content_type=content_type, timeout=30
         )
-        data = resp.read()
-        if not 200 <= resp.status <= 299:
-            raise ApiException(
-                status=resp.status,
-                reason=resp.reason,
-                body=data.decode(errors="replace") if data else None,
-            )
+        data = _answered(resp)
         out = dict(json.loads(data)) if data else {}
         if method != "GET" and self.cache is not None:
             self._write_through(method, path, out)
@@ -373,13 +367,7 @@ class Kube:
             timeout=30,
             accept="text/plain, */*",
         )
-        data = resp.read()
-        if not 200 <= resp.status <= 299:
-            raise ApiException(
-                status=resp.status,
-                reason=resp.reason,
-                body=data.decode(errors="replace") if data else None,
-            )
+        data = _answered(resp)
         return data.decode(errors="replace") if data else ""
 
     def serves(self, group_version: str, plurals: set[str]) -> bool:
@@ -437,6 +425,18 @@ def _failed(what: str, exc: ApiException, *, kind: str = "", name: str = "") -> 
     return ApplyError(
         f"{what}: {_reason(exc)}", permanent=False, code=exc.status, kind=kind, name=name
     )
+
+
+def _answered(resp: Any) -> bytes:
+    """The body of a 2xx answer; any other raises ApiException with the server's message."""
+    data: bytes = resp.read()
+    if not 200 <= resp.status <= 299:
+        raise ApiException(
+            status=resp.status,
+            reason=resp.reason,
+            body=data.decode(errors="replace") if data else None,
+        )
+    return data
 
 
 def _read_failed(what: str, exc: ApiException) -> ReadError:
