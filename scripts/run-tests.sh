@@ -28,13 +28,28 @@ if [ "$#" -gt 0 ] || [ "${VLLM_OPERATOR_TESTS_SERIAL:-}" = 1 ]; then
   exit $?
 fi
 
+# each tier's output is also kept whole (LOGS), so that a failing tier's summary can be
+# printed again at the very end: the two tiers' lines interleave, and CI shows the tail
+LOGS="$ROOT/.state/test-logs"
+mkdir -p "$LOGS"
+
 tier() {  # tier NAME MARKER-EXPRESSION [PYTEST-ARGS...] -> each output line prefixed "[NAME] "
   local name=$1 marker=$2 rc
   shift 2
-  pytest_rc -m "$marker" "$@" 2>&1 | sed -u "s/^/[$name] /"
+  pytest_rc -m "$marker" "$@" 2>&1 | sed -u "s/^/[$name] /" | tee "$LOGS/$name.log"
   rc=${PIPESTATUS[0]}
   echo "[$name] run-tests: tier '$marker' exited with $rc"
   return "$rc"
+}
+
+summary() {  # summary NAME -> the tier's failures again: pytest's short summary, else its tail
+  local log="$LOGS/$1.log"
+  echo "run-tests: ---- tier '$1' failed; its summary (whole output: $log) ----"
+  if grep -q "short test summary info" "$log"; then
+    sed -n '/short test summary info/,$p' "$log" | grep -v "^\[$1\] SKIPPED"
+  else
+    tail -n 40 "$log"
+  fi
 }
 
 start=$(date +%s)
@@ -47,5 +62,7 @@ wait "$node_pid"
 node_rc=$?
 wait "$rest_pid"
 rest_rc=$?
+[ "$node_rc" -eq 0 ] || summary node
+[ "$rest_rc" -eq 0 ] || summary rest
 echo "run-tests: node tier rc=$node_rc, other tiers rc=$rest_rc, in $(( $(date +%s) - start ))s"
 [ "$node_rc" -eq 0 ] && [ "$rest_rc" -eq 0 ]
