@@ -33,6 +33,7 @@ from vllm_operator.decide import capacity
 from vllm_operator.decide.aim import aim
 from vllm_operator.decide.policy import Plan, Start, decide, describe, held_spec, restorable
 from vllm_operator.decide.progressive import Rollout, progress
+from vllm_operator.decide.startup import load_key, startup_budget, with_budget
 from vllm_operator.observe.live import live_reader
 from vllm_operator.observe.read import observe
 from vllm_operator.observe.state import (
@@ -186,7 +187,8 @@ def served_spec(
     leaves the template alone, such as the thresholds or monitoring, writes nothing to the
     Deployment), else `served`'s spec."""
     held = held_spec(served, seen)
-    if held is not None and render_pod_template(held, settings) == template:
+    # (revisions compared: the template may carry a startup budget the rendering leaves out)
+    if held is not None and revision(render_pod_template(held, settings)) == revision(template):
         return seen.served_spec
     return served.spec.model_dump_json(by_alias=True, exclude_none=True)
 
@@ -305,6 +307,17 @@ def _pipeline(
     serving = own if served_from is svc else render_pod_template(served_from, settings)
     # the serving revision's capacity against the objective: what the autoscaler targets
     serving_rev = revision(serving)
+    # each revision's startup probe budget (probes.startupBudget Measured): kept where a live
+    # Deployment runs the revision, else from the starts measured (not part of the revision)
+    live_deployments = (seen.deployment, seen.canary)
+    own_budget = startup_budget(svc, rev, old_status.get("startup"), live_deployments)
+    serving_budget = (
+        own_budget
+        if served_from is svc
+        else startup_budget(served_from, serving_rev, old_status.get("startup"), live_deployments)
+    )
+    own = with_budget(own, own_budget)
+    serving = own if served_from is svc else with_budget(serving, serving_budget)
     served_capacity = capacity.of_revision(svc, seen.runs, serving_rev)
     hpa_target = (
         capacity.hpa_target(svc, served_capacity) if isinstance(served_capacity, Capacity) else None
@@ -364,6 +377,8 @@ def _pipeline(
             candidate=capacity.of_revision(svc, obs.runs, rev) if rev != serving_rev else None,
             serving_revision=serving_rev,
             starts=seen.starts,  # (the first look's: the look after the writes reads none)
+            load_keys={rev: load_key(svc), serving_rev: load_key(served_from)},
+            probe_budget=serving_budget.as_status() if serving_budget is not None else None,
         )
 
     # apply (the one writer): the children, then the plan

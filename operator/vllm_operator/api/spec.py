@@ -378,12 +378,48 @@ class ModelCacheSpec(_Model):
 class ProbeSpec(_Model):
     """Health probes on vLLM's /health endpoint."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.startupBudget != 'Measured' || "
+                    "self.measuredStartupMinSeconds <= self.startupTimeoutSeconds",
+                    "probes.measuredStartupMinSeconds must be <= probes.startupTimeoutSeconds "
+                    "(the measured budget lies between them)",
+                ),
+            ]
+        }
+    )
     startup_timeout_seconds: int = Field(
         default=1800,
         ge=30,
         le=86_400,
         description="How long a pod may take to load its model before it is restarted. "
-        "Large models on slow storage need tens of minutes.",
+        "Large models on slow storage need tens of minutes. With startupBudget Measured, "
+        "the most the measured budget may be.",
+    )
+    startup_budget: Literal["Fixed", "Measured"] = Field(
+        default="Fixed",
+        description="Fixed: the startup probe allows startupTimeoutSeconds. Measured: it allows "
+        "measuredStartupFactor x the slowest start measured (container started -> Ready, "
+        "status.startup) of this service's revisions that load the same model the same way "
+        "(model, image, resources and engine alike), between measuredStartupMinSeconds and "
+        "startupTimeoutSeconds; startupTimeoutSeconds while none is measured. A revision's "
+        "budget is fixed when it is first rolled out (a new measurement changes the next "
+        "revision's, never restarts running pods); status.startup.probeBudget shows it.",
+    )
+    measured_startup_factor: float = Field(
+        default=3.0,
+        ge=1.5,
+        le=20.0,
+        description="startupBudget Measured: the budget as a multiple of the slowest start.",
+    )
+    measured_startup_min_seconds: int = Field(
+        default=300,
+        ge=30,
+        le=86_400,
+        description="startupBudget Measured: the least budget (a fast start measured on a warm "
+        "node must not starve a start on a cold one).",
     )
     period_seconds: int = Field(default=10, ge=1, le=300, description="Probe period.")
     readiness_failure_threshold: int = Field(
@@ -1073,6 +1109,15 @@ class VLLMServiceSpec(_Model):
                 )
         if self.autoscaling.min_replicas > self.autoscaling.max_replicas:
             raise ValueError("autoscaling.minReplicas must be <= autoscaling.maxReplicas")
+        p = self.probes
+        if (
+            p.startup_budget == "Measured"
+            and p.measured_startup_min_seconds > p.startup_timeout_seconds
+        ):
+            raise ValueError(
+                "probes.measuredStartupMinSeconds must be <= probes.startupTimeoutSeconds "
+                "(the measured budget lies between them)"
+            )
         if self.model_cache.type == "PVC" and not self.model_cache.claim_name:
             raise ValueError("modelCache.claimName is required when modelCache.type is PVC")
         if self.drain_seconds > self.termination_grace_period_seconds:

@@ -213,6 +213,28 @@ class RevisionStartsStatus(_Model):
     last_load_seconds: float | None = _secs("The last start's loadSeconds")
     median_load_seconds: float | None = _secs("The median loadSeconds of its recent starts")
     slowest_load_seconds: float | None = _secs("The slowest start recorded")
+    slowest_ready_seconds: float | None = _secs(
+        "The slowest container start -> Ready recorded (what a measured startup budget follows)"
+    )
+    load_key: str | None = Field(
+        default=None,
+        max_length=64,
+        description="What its starts depend on (model, image, engine, resources, model cache) "
+        "as a hash: revisions with the same key load the same way.",
+    )
+
+
+class ProbeBudgetStatus(_Model):
+    """The serving revision's startup probe budget (probes.startupBudget Measured)."""
+
+    revision: str = Field(description="The revision.")
+    seconds: int = Field(ge=0, description="What its startup probe allows, in seconds.")
+    source: Literal["Measured", "Fixed"] = Field(
+        description="Measured: factor x slowestReadySeconds (within the spec's bounds); Fixed: "
+        "probes.startupTimeoutSeconds (no start of the same load key measured yet)."
+    )
+    slowest_ready_seconds: float | None = _secs("The slowest start it follows")
+    factor: float | None = Field(default=None, description="probes.measuredStartupFactor.")
 
 
 class StartupStatus(_Model):
@@ -224,6 +246,11 @@ class StartupStatus(_Model):
     )
     revisions: list[RevisionStartsStatus] = Field(
         default_factory=list, max_length=5, description="Per revision, its starts' figures."
+    )
+    probe_budget: ProbeBudgetStatus | None = Field(
+        default=None,
+        description="The serving revision's startup probe budget (probes.startupBudget "
+        "Measured), decided when the revision was first rolled out.",
     )
 
 

@@ -14,6 +14,7 @@ from vllm_operator import GROUP
 from vllm_operator.api.records import LiveWorkload, Target
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
+from vllm_operator.render.deployment import revision_body
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL, owner_reference
 from vllm_operator.render.service import endpoint
 
@@ -53,8 +54,9 @@ RUNNER_DEADLINE_MARGIN_SECONDS = 30
 
 
 def revision(pod_template: dict[str, Any]) -> str:
-    """A stable id of what runs: a hash of the rendered pod template."""
-    body = json.dumps(pod_template, sort_keys=True, separators=(",", ":")).encode()
+    """A stable id of what runs: a hash of the rendered pod template (a measured startup
+    budget left out: render/deployment.revision_body)."""
+    body = json.dumps(revision_body(pod_template), sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(body).hexdigest()[:10]
 
 

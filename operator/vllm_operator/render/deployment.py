@@ -206,6 +206,63 @@ def _volumes(spec: VLLMServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str
     return volumes, mounts
 
 
+# on a pod template whose startup probe follows the measured starts (probes.startupBudget
+# Measured): the mode (part of the revision), and the budget decided for the revision with what
+# it follows (decide/startup.py; not part of the revision: revision_body leaves it out, with
+# the startup probe's failureThreshold)
+STARTUP_BUDGET_ANNOTATION = f"{GROUP}/startup-budget"
+STARTUP_BUDGET_BASIS_ANNOTATION = f"{GROUP}/startup-budget-basis"
+
+
+def revision_body(pod_template: dict[str, Any]) -> dict[str, Any]:
+    """The pod template as its revision is hashed: a measured startup budget left out (the same
+    revision whatever budget its rollout was given)."""
+    annotations = (pod_template.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(STARTUP_BUDGET_ANNOTATION) != "Measured":
+        return pod_template
+    out = copy.deepcopy(pod_template)
+    out["metadata"]["annotations"].pop(STARTUP_BUDGET_BASIS_ANNOTATION, None)
+    for c in out.get("spec", {}).get("containers") or []:
+        if isinstance(c.get("startupProbe"), dict):
+            c["startupProbe"].pop("failureThreshold", None)
+    return out
+
+
+def startup_probe_seconds(pod_template: dict[str, Any]) -> int | None:
+    """What the server container's startup probe allows (failureThreshold x periodSeconds)."""
+    for c in (pod_template.get("spec") or {}).get("containers") or []:
+        if c.get("name") == CONTAINER and isinstance(probe := c.get("startupProbe"), dict):
+            failures, period = probe.get("failureThreshold"), probe.get("periodSeconds", 10)
+            if isinstance(failures, int) and isinstance(period, int):
+                return failures * period
+    return None
+
+
+def startup_budget_basis(pod_template: dict[str, Any]) -> dict[str, Any]:
+    """What the template's measured budget was decided from (with_startup_budget's basis)."""
+    annotations = (pod_template.get("metadata") or {}).get("annotations") or {}
+    try:
+        basis = json.loads(annotations.get(STARTUP_BUDGET_BASIS_ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    return basis if isinstance(basis, dict) else {}
+
+
+def with_startup_budget(
+    pod_template: dict[str, Any], seconds: int, basis: dict[str, Any]
+) -> dict[str, Any]:
+    """The template with its startup probe allowing `seconds` (rounded up to whole periods),
+    `basis` (what it follows) annotated. Only for a template of startupBudget Measured."""
+    out = copy.deepcopy(pod_template)
+    out["metadata"]["annotations"][STARTUP_BUDGET_BASIS_ANNOTATION] = json.dumps(
+        basis, sort_keys=True, separators=(",", ":")
+    )
+    for c in out["spec"]["containers"]:
+        if c.get("name") == CONTAINER and isinstance(probe := c.get("startupProbe"), dict):
+            probe["failureThreshold"] = max(1, -(-seconds // int(probe["periodSeconds"])))
+    return out
+
+
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": PORT_NAME},
@@ -354,6 +411,9 @@ def render_pod_template(svc: Service, settings: OperatorSettings) -> dict[str, A
         "prometheus.io/port": str(spec.port),
         "prometheus.io/path": "/metrics",
     }
+    if spec.probes.startup_budget == "Measured":
+        # until a budget is decided for the revision (with_startup_budget): the fixed one
+        annotations[STARTUP_BUDGET_ANNOTATION] = "Measured"
     return {
         "metadata": {"labels": pod_labels, "annotations": annotations},
         "spec": {

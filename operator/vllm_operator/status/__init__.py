@@ -18,6 +18,7 @@ writes the status).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from vllm_operator.api.settings import OperatorSettings
@@ -55,6 +56,8 @@ def compute_status(
     candidate: CapacityView = None,
     serving_revision: str = "",
     starts: tuple[PodStart, ...] = (),
+    load_keys: Mapping[str, str] | None = None,
+    probe_budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`refused`: what this reconcile could not write or read of the children (the
     ChildrenSynced condition; None: not reported). A write refused (not a read: that is
@@ -65,7 +68,8 @@ def compute_status(
     Degraded once it is aborted). `capacity`: the serving revision's (`serving_revision`)
     capacity against the objective, `candidate`: the revision measured now's
     (decide/capacity.of_revision). `starts`: the pods' starts read by this reconcile's first
-    look (status.startup, merged into the old one's)."""
+    look (status.startup, merged into the old one's), with the `load_keys` of the revisions
+    rendered now and the serving revision's startup `probe_budget` (decide/startup.py)."""
     conds, counts = _rollout(svc, obs)
     status: dict[str, Any] = {
         "observedGeneration": svc.generation,
@@ -76,7 +80,11 @@ def compute_status(
     }
     if revision:
         status["revision"] = revision
-    if (startup := _startup(old.get("startup"), starts, settings.slow_start_factor)) is not None:
+    if (
+        startup := _startup(
+            old.get("startup"), starts, settings.slow_start_factor, load_keys, probe_budget
+        )
+    ) is not None:
         status["startup"] = startup
     autoscaling, autoscaling_conds = _autoscaling(svc, obs, settings, capacity)
     if autoscaling is not None:

@@ -12,7 +12,7 @@ it as a Warning event (SlowStart), once.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vllm_operator.observe.startup import PodStart
@@ -22,10 +22,17 @@ REVISIONS = 5
 
 
 def _startup(
-    old: dict[str, Any] | None, new: Iterable[PodStart], slow_factor: float
+    old: dict[str, Any] | None,
+    new: Iterable[PodStart],
+    slow_factor: float,
+    load_keys: Mapping[str, str] | None = None,
+    probe_budget: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """status.startup from the last one written (`old`) and the starts read now (None: no
-    start seen yet)."""
+    start seen yet). `load_keys`: the load key (decide/startup.load_key) of the revisions the
+    operator renders now, recorded with their starts (what a measured startup budget follows);
+    `probe_budget`: the serving revision's startup budget (StartupBudget.as_status)."""
+    load_keys = load_keys or {}
     recent = [r for r in (old or {}).get("recent") or [] if isinstance(r, dict) and r.get("uid")]
     revisions = {
         r["revision"]: dict(r)
@@ -52,21 +59,34 @@ def _startup(
         last = record
         seen = revisions.pop(start.revision, {"revision": start.revision, "starts": 0})
         loads = [*earlier, start.load_seconds]
-        revisions[start.revision] = {
+        entry: dict[str, Any] = {
             "revision": start.revision,
             "starts": int(seen.get("starts", 0)) + 1,
             "lastLoadSeconds": start.load_seconds,
             "medianLoadSeconds": round(statistics.median(loads), 3),
             "slowestLoadSeconds": max(float(seen.get("slowestLoadSeconds", 0)), start.load_seconds),
         }
+        ready = [
+            float(v)
+            for v in (seen.get("slowestReadySeconds"), start.phases.get("readySeconds"))
+            if isinstance(v, int | float)
+        ]
+        if ready:  # (container started -> Ready: what the startup probe allows time for)
+            entry["slowestReadySeconds"] = max(ready)
+        if key := seen.get("loadKey") or load_keys.get(start.revision):
+            entry["loadKey"] = key
+        revisions[start.revision] = entry
     if last is None:
         return None
-    return {
+    out = {
         "last": last,
         "recent": recent,
         # the most recently started revisions last (dicts keep insertion order)
         "revisions": list(revisions.values())[-REVISIONS:],
     }
+    if probe_budget is not None:
+        out["probeBudget"] = probe_budget
+    return out
 
 
 def slow_start_message(record: dict[str, Any]) -> str:

@@ -102,6 +102,7 @@ def test_starts_are_recorded_once_per_revision_and_a_slow_one_is_marked() -> Non
             "lastLoadSeconds": 120,
             "medianLoadSeconds": 120,
             "slowestLoadSeconds": 120,
+            "slowestReadySeconds": 110,  # (the fixture's container starts 10 s after creation)
         }
     ]
     # the same start again (a second look of the same reconcile): not counted twice
