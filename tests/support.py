@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -69,6 +70,22 @@ def through_renewals(
             return
         assert time.monotonic() < deadline, f"{len(seen) - 1} renewals of the Lease, not {rounds}"
         time.sleep(every)
+
+
+def post_accepted(url: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any] | None:
+    """POSTs `body` as JSON and returns the JSON answer, or None while the address refuses
+    connections: a Service whose Ready pod is in its endpoints already, but whose rules
+    kube-proxy programs a sync later (wait_for it: a refusal is seen on loaded CI runs)."""
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return dict(json.load(r))
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, ConnectionRefusedError):
+            return None
+        raise
 
 
 def sample(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.node.conftest import namespace_with_model
-from tests.support import SAMPLES, wait_for
+from tests.support import SAMPLES, post_accepted, wait_for
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.node import NODE_NAME
 from vllm_localenv.operator_process import deploy_operator
@@ -43,14 +43,6 @@ def model_namespace(operator_in_cluster: LocalCluster) -> Iterator[str]:
     """A namespace with the PVC `tiny-model` bound to a local volume holding the tiny model."""
     with namespace_with_model(operator_in_cluster, "e2e") as ns:
         yield ns
-
-
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return dict(json.load(r))
 
 
 def _wait_benchmarked(
@@ -122,7 +114,13 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
 
     service = _json(lc, "get", "service", SERVICE, "-n", ns)
     base = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
-    out = _post(f"{base}/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 8})
+    out = wait_for(
+        f"the Service's address {base} to take connections (kube-proxy's rules)",
+        lambda: post_accepted(
+            f"{base}/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 8}
+        ),
+        every=1,
+    )
     assert out["usage"]["completion_tokens"] == 8
     with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
         assert "vllm:num_requests_waiting" in r.read().decode()

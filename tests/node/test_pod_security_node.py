@@ -12,14 +12,12 @@ Run it alone, holding the host's real-node lock:
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.support import items, sample, wait_for
+from tests.support import items, post_accepted, sample, wait_for
 from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess, install
@@ -61,14 +59,6 @@ def restricted_namespace(
         model_volume.delete(lc, ns)
 
 
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return dict(json.load(r))
-
-
 def assert_serves_as_non_root(lc: LocalCluster, ns: str, name: str) -> str:
     """The service's one vLLM pod runs under the restricted securityContext the operator
     renders: non-root, never restarted, uid/gid 65532 for the server (PID 1) and an exec'd
@@ -95,7 +85,15 @@ def assert_serves_as_non_root(lc: LocalCluster, ns: str, name: str) -> str:
 
     service = json.loads(lc.kubectl("get", "service", name, "-n", ns, "-o", "json"))
     base = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
-    done = _post(f"{base}/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 8})
+    # the Ready pod is in the Service's endpoints at once, but kube-proxy programs its rules a
+    # sync later (a refused connection until then: seen on a loaded CI run): wait for it
+    done = wait_for(
+        f"the Service's address {base} to take connections (kube-proxy's rules)",
+        lambda: post_accepted(
+            f"{base}/v1/completions", {"model": "tiny", "prompt": "Hello", "max_tokens": 8}
+        ),
+        every=1,
+    )
     assert done["usage"]["completion_tokens"] == 8
     return f"served as uid {uid} under restricted; HOME {home} holds {listing}"
 

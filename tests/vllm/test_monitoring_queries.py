@@ -66,6 +66,16 @@ def load(server: VllmServer, requests_n: int = 24) -> list[dict[str, int]]:
         return list(pool.map(one, range(requests_n)))
 
 
+def served_count(server: VllmServer) -> float:
+    """The requests the server counted in vllm:request_prompt_tokens (its own /metrics)."""
+    text = requests.get(f"{server.url}/metrics", timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_prompt_tokens_count")
+    )
+
+
 def test_every_rule_and_dashboard_query_returns_data_from_live_vllm(
     vllm_server: VllmServer, tmp_path: Path
 ) -> None:
@@ -115,10 +125,13 @@ def test_every_rule_and_dashboard_query_returns_data_from_live_vllm(
             # mean prompt and output tokens per request, against what the server answered.
             # Every request so far counts (the window covers them all)
             reader = PrometheusLive(url, min_requests=10)
-            finished = f'sum(vllm:request_success_total{{service="{SVC}"}})'
+            # the server's own count (the session's server answered other tests' requests
+            # before: a count of this test's alone would pass on a scrape taken mid-load)
+            counted = f'sum(vllm:request_prompt_tokens_count{{service="{SVC}"}})'
+            served = served_count(vllm_server)
             wait_for(
-                "Prometheus to hold every request",
-                lambda: float(query(url, finished)[0]["value"][1]) >= len(sent),
+                f"Prometheus to hold every request the server counted ({served})",
+                lambda: float(query(url, counted)[0]["value"][1]) >= served,
             )
             shape = reader.workload(NS, SVC, 600)
             assert shape is not None
