@@ -122,6 +122,18 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
         ("spec.autoscaling", "autoscaling.minReplicas must be <= autoscaling.maxReplicas"),
     ),
     (
+        "measured-startup-min-above-timeout",
+        _set(
+            "spec.probes",
+            {
+                "startupBudget": "Measured",
+                "startupTimeoutSeconds": 120,
+                "measuredStartupMinSeconds": 300,
+            },
+        ),
+        ("spec.probes", "probes.measuredStartupMinSeconds must be <= probes.startupTimeoutSeconds"),
+    ),
+    (
         "tensor-parallel-without-gpus",
         _both(_set("spec.engine.tensorParallelSize", 2), _set("spec.resources.gpus", 1)),
         ("engine.tensorParallelSize must equal resources.gpus",),
