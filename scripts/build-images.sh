@@ -7,6 +7,7 @@
 #   localhost/pause:local                  images/pause: containerd's sandbox image
 #   localhost/vllm-operator:dev            images/operator
 #   localhost/vllm-bench:dev               images/benchmark
+#   localhost/vllm-holder:dev              images/holder (the scale-to-zero holder)
 #   localhost/vllm-cpu:<VLLM_CPU_VERSION>  images/vllm-cpu (about 5 GB; --no-vllm-cpu skips it)
 #
 # Cached by content: an image's key is a hash of its Dockerfile, every file its COPY lines
@@ -55,12 +56,13 @@ BASE_REF="localhost/vllm-operator-base:$SUITE"
 IMAGE_BASE="${VLLM_OPERATOR_IMAGE_BASE:-}"
 HOST_CA=/etc/ssl/certs/ca-certificates.crt
 
-ALL=(pause operator benchmark vllm-cpu)
+ALL=(pause operator benchmark holder vllm-cpu)
 ref_of() {
   case "$1" in
     pause) echo localhost/pause:local ;;
     operator) echo localhost/vllm-operator:dev ;;
     benchmark) echo localhost/vllm-bench:dev ;;
+    holder) echo localhost/vllm-holder:dev ;;
     vllm-cpu) echo "localhost/vllm-cpu:$VLLM_CPU_VERSION" ;;
     *) die "unknown image '$1' (images: ${ALL[*]})" ;;
   esac
@@ -163,7 +165,7 @@ for arg in "$@"; do
   esac
 done
 if [ "${#want[@]}" = 0 ]; then
-  want=(pause operator benchmark)
+  want=(pause operator benchmark holder)
   [ "$with_vllm_cpu" = 1 ] && want+=(vllm-cpu)
 fi
 exec 9>"$IMAGES/.lock"

@@ -1,8 +1,8 @@
 """The images `make images` builds start what they are for, as the non-root user they declare:
-the operator's entry point, the benchmark runner and the Job's wrapper, the pause binary and
-(when built) vLLM's OpenAI server. Needs root and buildah (scripts/install-node-deps.sh);
-skipped elsewhere. Builds what is missing except the vLLM image (cached by content: seconds
-when warm; a cold base takes about 3 minutes)."""
+the operator's entry point, the benchmark runner and the Job's wrapper, the scale-to-zero
+holder, the pause binary and (when built) vLLM's OpenAI server. Needs root and buildah
+(scripts/install-node-deps.sh); skipped elsewhere. Builds what is missing except the vLLM
+image (cached by content: seconds when warm; a cold base takes about 3 minutes)."""
 
 from __future__ import annotations
 
@@ -103,6 +103,7 @@ def test_index_lists_each_build_with_its_key(built: dict[str, dict[str, object]]
         ("localhost/pause:local", "pause"),
         ("localhost/vllm-operator:dev", "operator"),
         ("localhost/vllm-bench:dev", "benchmark"),
+        ("localhost/vllm-holder:dev", "holder"),
     ]:
         entry = built[ref]
         archive = Path(str(entry["archive"]))
@@ -156,6 +157,31 @@ def test_benchmark_image_runs_the_runner_and_the_job_wrapper(bench_image: Contai
     res = bench_image.run("sh", "-c", "id -u && touch /results/probe && pwd")
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [NON_ROOT, "/results"]
+
+
+@pytest.fixture
+def holder_image(built: dict[str, dict[str, object]]) -> Iterator[Container]:
+    yield from container("localhost/vllm-holder:dev")
+
+
+def test_holder_image_runs_the_holder_alone(holder_image: Container) -> None:
+    """`python -m vllm_holder` (the entry point) as the non-root user, with aiohttp and
+    prometheus_client and nothing of the operator, the runner or the harness."""
+    res = holder_image.run("python", "-m", "vllm_holder", "--help")
+    assert res.returncode == 0, res.stderr
+    assert "--config" in res.stdout
+    assert "--grace-seconds" in res.stdout
+    probe = (
+        "import importlib.util as u; "
+        "print(*[m for m in ('vllm_holder', 'aiohttp', 'prometheus_client', 'vllm_operator',"
+        " 'kopf', 'kubernetes', 'vllm_bench', 'vllm_localenv') if u.find_spec(m)])"
+    )
+    res = holder_image.run("python3", "-c", probe)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["vllm_holder", "aiohttp", "prometheus_client"]
+    assert holder_image.run("id", "-u").stdout.strip() == NON_ROOT
+    config = json.loads(buildah("inspect", "--type", "image", "localhost/vllm-holder:dev"))
+    assert config["OCIv1"]["config"]["Entrypoint"] == ["python", "-m", "vllm_holder"]
 
 
 def test_pause_image_blocks_until_sigterm(built: dict[str, dict[str, object]]) -> None:

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-IMAGES = ("pause", "operator", "benchmark", "vllm-cpu")
+IMAGES = ("pause", "operator", "benchmark", "holder", "vllm-cpu")
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """The parts of the repository the images are built from, in a scratch folder."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for d in ("scripts", "images", "operator", "runner", "localenv"):
+    for d in ("scripts", "images", "operator", "runner", "holder", "localenv"):
         shutil.copytree(REPO / d, tmp_path / d, ignore=ignore)
     for f in ("pyproject.toml", "README.md", ".dockerignore"):
         shutil.copy2(REPO / f, tmp_path / f)
@@ -80,6 +80,14 @@ def test_inputs_are_what_each_dockerfile_copies(repo: Path) -> None:
         "scripts/versions.env",
     ]
     assert inputs(repo, "pause") == ["images/pause/Dockerfile", "images/pause/main.go"]
+    # the holder's image: its own distribution only
+    holder = inputs(repo, "holder")
+    assert {
+        "images/holder/Dockerfile",
+        "holder/pyproject.toml",
+        "holder/vllm_holder/hold.py",
+    } <= set(holder)
+    assert all(f.startswith(("holder/", "images/holder/")) for f in holder)
 
 
 def test_editing_a_copied_file_rebuilds_exactly_the_images_that_copy_it(repo: Path) -> None:
@@ -97,6 +105,11 @@ def test_editing_a_copied_file_rebuilds_exactly_the_images_that_copy_it(repo: Pa
     before = keys(repo)
     (repo / "runner" / "vllm_benchjob" / "new_module.py").write_text("X = 1\n")
     assert changed(before, keys(repo)) == {"benchmark"}
+
+    before = keys(repo)
+    hold = repo / "holder" / "vllm_holder" / "hold.py"
+    hold.write_text(hold.read_text() + "\n# changed\n")
+    assert changed(before, keys(repo)) == {"holder"}
 
     before = keys(repo)
     (repo / "localenv" / "vllm_localenv" / "new_module.py").write_text("X = 1\n")
@@ -132,4 +145,4 @@ def test_bytecode_and_timestamps_do_not_count(repo: Path) -> None:
 def test_another_base_image_rebuilds_everything_built_on_it(repo: Path) -> None:
     before = keys(repo)
     after = keys(repo, env={"VLLM_OPERATOR_IMAGE_BASE": "python:3.11.11-slim-bookworm"})
-    assert changed(before, after) == {"operator", "benchmark", "vllm-cpu"}
+    assert changed(before, after) == {"operator", "benchmark", "holder", "vllm-cpu"}

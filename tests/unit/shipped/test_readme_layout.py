@@ -1,5 +1,5 @@
 """The README's Layout section is true to the tree: it names every top-level folder, every
-package under operator/, runner/ and localenv/ and every module (and subpackage) of
+package under operator/, runner/, holder/ and localenv/ and every module (and subpackage) of
 operator/vllm_operator, and nothing that does not exist. The README stays the front door:
 its quick start is the two commands CI and the demo run."""
 
@@ -84,7 +84,7 @@ def test_the_layout_names_every_top_level_folder() -> None:
     assert named - top_level_folders() == set(), "the Layout names folders the tree lacks"
 
 
-@pytest.mark.parametrize("root", ["operator", "runner", "localenv"])
+@pytest.mark.parametrize("root", ["operator", "runner", "holder", "localenv"])
 def test_the_layout_names_every_package_of_each_distribution(root: str) -> None:
     named = children(layout_paths(), f"{root}/")
     found = packages(REPO_ROOT / root)

@@ -1,6 +1,7 @@
-"""The three distributions hold what they say (issue 20, item 2): the operator's wheel is the
+"""The four distributions hold what they say (issue 20, item 2): the operator's wheel is the
 operator alone (no harness, no runner, no console script of theirs), the runner's holds the
-runner and the Job's wrapper with its result schema, and the harness is a wheel of its own.
+runner and the Job's wrapper with its result schema, the harness is a wheel of its own, and so
+is the scale-to-zero holder (issue 34), which depends on aiohttp and prometheus-client only.
 Built here as pip builds them (setuptools, offline: the dev environment has it)."""
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ def _copy(project: Path, dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, zipfile.ZipFile]:
     out: dict[str, zipfile.ZipFile] = {}
-    projects = {"operator": REPO, "runner": REPO / "runner", "localenv": REPO / "localenv"}
+    projects = {
+        "operator": REPO,
+        "runner": REPO / "runner",
+        "localenv": REPO / "localenv",
+        "holder": REPO / "holder",
+    }
     for name, project in projects.items():
         source = tmp_path_factory.mktemp(f"{name}-src")
         if name == "operator":  # (the repository's root: its pyproject, README and operator/)
@@ -108,3 +114,17 @@ def test_the_harness_is_a_distribution_of_its_own(wheels: dict[str, zipfile.ZipF
     w = wheels["localenv"]
     assert top_level(w) == {"vllm_localenv"}
     assert "vllm-localenv = vllm_localenv.__main__:main" in scripts(w)
+
+
+def test_the_holder_is_a_small_distribution_of_its_own(wheels: dict[str, zipfile.ZipFile]) -> None:
+    w = wheels["holder"]
+    assert top_level(w) == {"vllm_holder"}
+    assert "vllm_holder/__main__.py" in w.namelist()
+    assert "vllm-holder = vllm_holder.__main__:main" in scripts(w)
+    metadata = next(n for n in w.namelist() if n.endswith(".dist-info/METADATA"))
+    requires = sorted(
+        line.split(":", 1)[1].strip().split(">")[0]
+        for line in w.read(metadata).decode().splitlines()
+        if line.startswith("Requires-Dist")
+    )
+    assert requires == ["aiohttp", "prometheus-client"]
