@@ -108,15 +108,28 @@ def _completion(model: str) -> dict[str, Any]:
         return answer
 
 
-def start(  # noqa: PLR0917 - the command line's arguments, one to one
-    rendered: Path, sample: str, model_dir: str, out: Path, without: list[str], budget: float
-) -> None:
-    s = json.loads(rendered.read_text())[sample]
-    args = list(s["args"])
+def pod_shell(  # noqa: PLR0917 - what a start of the rendered container needs
+    s: dict[str, Any],
+    sample: str,
+    model_dir: str,
+    without: list[str],
+    scratch: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The shell command that starts sample `s`'s container as rendered (see `start`), and
+    the record of what it runs. `scratch`: where its emptyDirs live (a fresh folder when None;
+    an existing one is reused as it is, as a container restarted in the same pod finds its
+    emptyDirs); `extra_args`/`extra_env`: added to the rendered args/env (a lab's switch, said
+    so in the record)."""
+    args = [*s["args"], *extra_args]
     env = {e["name"]: e["value"] for e in s["env"] if e["name"] not in without}
+    env.update(extra_env or {})
     # the image's PATH: here, the host's Python with vLLM first (the rendered `python3`)
     env["PATH"] = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-    scratch = Path(tempfile.mkdtemp(prefix="pod-"))
+    if scratch is None:
+        scratch = Path(tempfile.mkdtemp(prefix="pod-"))
+    scratch.mkdir(parents=True, exist_ok=True)
     # the model first (a read-only volume at /models/SAMPLE), then the emptyDirs parents first,
     # as the kubelet mounts them (HOME=/root hides the host's /root, the model is not there)
     mounted_model = f"/models/{sample}"
@@ -130,8 +143,9 @@ def start(  # noqa: PLR0917 - the command line's arguments, one to one
     ]
     for i, path in enumerate(sorted(s["emptyDirs"], key=lambda p: p.count("/"))):
         d = scratch / f"empty{i}"
-        d.mkdir()
-        os.chown(d, s["uid"], s["gid"])  # fsGroup: the pod's group owns its emptyDirs
+        if not d.exists():
+            d.mkdir()
+            os.chown(d, s["uid"], s["gid"])  # fsGroup: the pod's group owns its emptyDirs
         binds.append(f"mkdir -p {shlex.quote(path)} && mount --bind {d} {shlex.quote(path)}")
     scratch.chmod(0o755)
     inner = " && ".join(
@@ -147,7 +161,6 @@ def start(  # noqa: PLR0917 - the command line's arguments, one to one
             ),
         ]
     )
-    log_path = out.with_suffix(".log")
     record: dict[str, Any] = {
         "sample": sample,
         "image": s["image"],
@@ -155,6 +168,9 @@ def start(  # noqa: PLR0917 - the command line's arguments, one to one
         "args": args,
         "env": env,
         "without": without,
+        "extraArgs": list(extra_args),
+        "extraEnv": dict(extra_env or {}),
+        "scratch": str(scratch),
         "uid": s["uid"],
         "gid": s["gid"],
         "passwdEntry": subprocess.run(
@@ -163,10 +179,20 @@ def start(  # noqa: PLR0917 - the command line's arguments, one to one
         or None,
         "shell": inner,
     }
+    shell = shlex.join(["unshare", "--mount", "--propagation", "private", "sh", "-c", inner])
+    return shell, record
+
+
+def start(  # noqa: PLR0917 - the command line's arguments, one to one
+    rendered: Path, sample: str, model_dir: str, out: Path, without: list[str], budget: float
+) -> None:
+    s = json.loads(rendered.read_text())[sample]
+    shell, record = pod_shell(s, sample, model_dir, without)
+    log_path = out.with_suffix(".log")
     t0 = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", inner],
+            ["sh", "-c", shell],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

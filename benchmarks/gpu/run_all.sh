@@ -66,7 +66,8 @@ models_built() { for m in $MODELS; do [ -f "$WORK/models/$m/build.json" ] || ret
 
 # 4. lab parts: name and estimate in seconds (server start included the first time)
 parts=("lab2-naive 120" "lab2-naive-fp16 120" "lab1 300" "lab1-before 60" "vs-upstream 240"
-  "lab2 330" "lab2-512 200" "rendered-pod 330" "lab1-engine 200" "lab2-lab 300" "lab2-512-lab 240")
+  "lab2 330" "lab2-512 200" "rendered-pod 330" "lab1-engine 200" "lab2-lab 300" "lab2-512-lab 240"
+  "startup-anatomy 400" "capacity-check 300" "sleep-wake 200" "startup-anatomy-tinyllama 200")
 if [ -n "${PARTS:-}" ]; then
   chosen=()
   for p in "${parts[@]}"; do
