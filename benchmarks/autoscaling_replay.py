@@ -62,6 +62,9 @@ from vllm_operator.decide import capacity  # noqa: E402
 from vllm_operator.render.autoscaling import render_hpa  # noqa: E402
 from vllm_operator.render.monitoring import (  # noqa: E402
     BAND_METRIC,
+    GUARD_HOLD_SECONDS,
+    GUARD_STEP_SECONDS,
+    GUARD_WINDOW_SECONDS,
     IN_FLIGHT_METRIC,
     LIVE_TPOT_METRIC,
     LIVE_TTFT_METRIC,
@@ -77,7 +80,6 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
 Z95 = 1.6448536269514722  # the standard normal's 95th percentile
-GUARD_WINDOW_SECONDS = 60.0  # render/monitoring.GUARD_WINDOW
 
 
 # ---- the measured server ---------------------------------------------------------------------
@@ -183,6 +185,13 @@ class ServerModel:
 
     def service_seconds(self, ttft: float, tpot: float) -> float:
         return ttft + (self.output_tokens - 1) * tpot
+
+    def rate_at(self, n: float) -> float:
+        """Requests/s of one pod holding n in flight on average (Little: n over the mean
+        service time there, the lognormals' means)."""
+        (tm, ts), (pm, ps) = self._fit[min(max(round(n), 1), self.max_num_seqs)]
+        mean = self.service_seconds(math.exp(tm + ts * ts / 2), math.exp(pm + ps * ps / 2))
+        return n / mean
 
 
 # ---- traces ----------------------------------------------------------------------------------
@@ -290,11 +299,14 @@ class Policy:
     min_replicas: int = 1
     max_replicas: int = 1
     fixed: int | None = None
+    initial: int | None = None  # an HPA's replicas at the start (None: minReplicas)
+    # requests/s per pod a scale-down is judged back at (one pod's rate at the derived target)
+    settle_rate: float | None = None
     band: tuple[float, float] | None = None  # (targetQueueDepth, scaleDownQueueDepth)
     up_window: float = 0.0
     down_window: float = 300.0
     up_rules: tuple[tuple[str, int, float], ...] = (("Pods", 4, 60.0), ("Percent", 100, 60.0))
-    down_rules: tuple[tuple[str, int, float], ...] = (("Pods", 1, 60.0),)
+    down_rules: tuple[tuple[str, int, float], ...] = (("Pods", 1, 60.0), ("Percent", 50, 60.0))
     source: str = ""
 
 
@@ -359,40 +371,79 @@ def service(objective: dict[str, Any] | None, min_replicas: int, max_replicas: i
 
 
 def policies(
-    objective: dict[str, Any], cap: Capacity, peak_rate: float, min_r: int, max_r: int
+    objective: dict[str, Any],
+    cap: Capacity,
+    first_rate: float,
+    server: ServerModel,
+    *,
+    min_r: int,
+    max_r: int,
 ) -> list[Policy]:
-    """derived, band and peak, as the operator renders the first two."""
+    """derived and band, as the operator renders them. Both start at the pods the derived
+    target holds the first stage's rate with (`first_rate` over one pod's rate at the target
+    in flight): where an HPA that has run a while sits."""
     settings = OperatorSettings()
     svc = service(objective, min_r, max_r)
     target = capacity.hpa_target(svc, cap)
+    assert target is not None
+    o = svc.spec.objective
+    assert o is not None
+    settle = round(server.rate_at(target), 2)
+    initial = min(max_r, max(min_r, math.ceil(first_rate / settle - 1e-9)))
     hpa = render_hpa(svc, settings, target)
     assert hpa is not None
     derived = policy_from_hpa("derived", hpa, None)
-    derived = Policy(**{**derived.__dict__, "source": (
+    derived = Policy(**{**derived.__dict__, "initial": initial, "settle_rate": settle, "source": (
         f"requests in flight per pod at {target} = capacity {cap.concurrency_per_pod} "
-        f"x (100 - {svc.spec.objective.headroom_percent if svc.spec.objective else 0})%, "
-        "plus the live latency guard"
+        f"x (100 - {o.headroom_percent})%, plus the live latency guard"
     )})  # fmt: skip
     seeds = service(None, min_r, max_r)
     band_hpa = render_hpa(seeds, settings, None)
     assert band_hpa is not None
     a = seeds.spec.autoscaling
     band = policy_from_hpa("band", band_hpa, (a.target_queue_depth, a.scale_down_queue_depth))
-    band = Policy(**{**band.__dict__, "source": (
+    band = Policy(**{**band.__dict__, "initial": initial, "settle_rate": settle, "source": (
         f"waiting per pod: up above {a.target_queue_depth}, down at <= "
         f"{a.scale_down_queue_depth} (the seeds' static band)"
     )})  # fmt: skip
-    rate = cap.requests_per_second
-    assert rate
-    n = max(min_r, math.ceil(peak_rate / rate - 1e-9))
-    peak = Policy(
-        "peak",
-        fixed=n,
-        min_replicas=n,
-        max_replicas=n,
-        source=f"static: peak {peak_rate:.1f} req/s over {rate} req/s per pod at capacity",
+    return [derived, band]
+
+
+def static_peak(
+    trace: Trace,
+    reqs: Sequence[tuple[float, int]],
+    server: ServerModel,
+    *,
+    objective: ObjectiveSpec,
+    cluster: Cluster,
+    seed: int,
+    max_r: int,
+) -> dict[str, Any]:
+    """The static baseline, sized to hold the objective at the trace's peak: the fewest fixed
+    replicas, from the peak rate over the measured rate per pod at capacity upwards, at which
+    the objective's percentile of the peak stages' requests meets it (a static fleet that
+    misses the objective at its peak is not a baseline to undercut). Its report."""
+    rate = trace.rate_per_pod
+    n = max(1, math.ceil(trace.peak_rate / rate - 1e-9))
+    top = max(s.load for s in trace.stages)
+    tried = []
+    while True:
+        policy = Policy("peak", fixed=n, min_replicas=n, max_replicas=n)
+        r = simulate(trace, reqs, server, policy, objective=objective, cluster=cluster, seed=seed)
+        at_peak = [st for st in r["stages"] if st["load"] == round(top, 4)]
+        missed = sum(st["missed"] for st in at_peak)
+        share = 1 - missed / max(1, sum(st["requests"] for st in at_peak))
+        tried.append({"replicas": n, "peakStageAttainment": round(share, 4)})
+        if share >= objective.percentile / 100 or n >= 4 * max_r:
+            break
+        n += 1
+    r["source"] = (
+        f"static {n}: the fewest that hold p{objective.percentile} within the objective at the "
+        f"peak {trace.peak_rate:.1f} req/s ({trace.peak_rate / n:.1f} req/s per pod; "
+        f"{rate} req/s per pod at capacity)"
     )
-    return [derived, band, peak]
+    r["sizing"] = tried
+    return r
 
 
 # ---- the HorizontalPodAutoscaler -------------------------------------------------------------
@@ -559,8 +610,7 @@ def simulate(
     # an HPA-run fleet starts where the HPA holds the first stage's load: its rate at the
     # capacity less the headroom; the HPA's window starts with that count, as the controller
     # seeds a new HPA's (maybeInitScaleDownStabilizationWindow)
-    keep = (100 - objective.headroom_percent) / 100
-    initial = policy.fixed or max(policy.min_replicas, _needed(trace.rate(0), trace, keep))
+    initial = policy.fixed or policy.initial or policy.min_replicas
     hpa = Hpa(policy, cluster.tolerance, recommendations=[(0.0, initial)])
     pods = [Pod(0.0, 0.0, ready=True) for _ in range(initial)]
     serving = list(pods)  # Ready and not deleted: the Service's endpoints
@@ -576,6 +626,9 @@ def simulate(
     # the guard's window: bucket counts per scrape interval (4 of 15 s make the minute)
     window = round(GUARD_WINDOW_SECONDS / cluster.scrape_seconds)
     slots: deque[tuple[list[int], list[int]]] = deque(maxlen=window)
+    # render/monitoring.GUARD_HOLD: the guard is the lowest of its last evaluations (the
+    # subquery's steps, one per scrape here)
+    held: deque[tuple[float, float]] = deque(maxlen=GUARD_HOLD_SECONDS // GUARD_STEP_SECONDS)
     slots.append(([0] * buckets_ttft, [0] * (len(TPOT_BUCKETS) + 1)))
     snapshots: deque[tuple[float, dict[Pod, tuple[int, int]], float, float]] = deque(maxlen=8)
     changes: list[tuple[float, int, int]] = [(0.0, initial, initial)]
@@ -656,8 +709,9 @@ def simulate(
             ttft_sum = [sum(c) for c in zip(*(s[0] for s in slots), strict=True)]
             tpot_sum = [sum(c) for c in zip(*(s[1] for s in slots), strict=True)]
             q = objective.percentile / 100
-            snapshots.append((now, per_pod, histogram_quantile(q, TTFT_BUCKETS, ttft_sum),
-                              histogram_quantile(q, TPOT_BUCKETS, tpot_sum)))  # fmt: skip
+            held.append((histogram_quantile(q, TTFT_BUCKETS, ttft_sum),
+                         histogram_quantile(q, TPOT_BUCKETS, tpot_sum)))  # fmt: skip
+            snapshots.append((now, per_pod, min(h[0] for h in held), min(h[1] for h in held)))
             slots.append(([0] * buckets_ttft, [0] * (len(TPOT_BUCKETS) + 1)))
         elif kind == SYNC:
             seen = [s for s in snapshots if s[0] <= now - cluster.rule_delay_seconds]
@@ -799,10 +853,13 @@ def scale_times(
     trace: Trace, changes: list[tuple[float, int, int]], policy: Policy, o: ObjectiveSpec
 ) -> list[dict[str, Any]]:
     """Per load step: up, the seconds until the Ready pods serve the new rate at capacity;
-    down, the seconds until the pods are back to the new rate at capacity less the headroom
-    (or minReplicas). None: not within the stage."""
+    down, the seconds until the pods are back to what the new rate needs at the derived
+    target (`settle_rate` per pod; else at capacity less the headroom), or minReplicas. None:
+    not within the stage."""
     out = []
     keep = (100 - o.headroom_percent) / 100
+    if policy.settle_rate:
+        keep = policy.settle_rate / trace.rate_per_pod
     for i in range(1, len(trace.stages)):
         t0, rate, before = trace.starts[i], trace.rate(i), trace.rate(i - 1)
         t1 = t0 + trace.stages[i].seconds
@@ -878,11 +935,13 @@ def run_simulate(args: argparse.Namespace) -> dict[str, Any]:
         trace = TRACES[name](args.pods, cap.requests_per_second, args.time_scale)
         reqs = arrivals(trace, args.seed)
         results = []
-        for policy in policies(objective, cap, trace.peak_rate, args.min_replicas,
-                               args.max_replicas):  # fmt: skip
+        for policy in policies(objective, cap, trace.rate(0), server,
+                               min_r=args.min_replicas, max_r=args.max_replicas):  # fmt: skip
             results.append(
                 simulate(trace, reqs, server, policy, objective=o, cluster=cluster, seed=args.seed)
             )
+        results.append(static_peak(trace, reqs, server, objective=o, cluster=cluster,
+                                   seed=args.seed, max_r=args.max_replicas))  # fmt: skip
         peak = next(r for r in results if r["policy"] == "peak")["replicaSeconds"]
         for r in results:
             r["replicaSecondsVsPeak"] = round(r["replicaSeconds"] / peak, 3)

@@ -5,7 +5,7 @@ with a target of 20 on the raw queue the HPA's proportional rule would scale in 
 average dropped below about 20 (n-1)/n. The band metric equals the target while the average
 queue lies in (scaleDownQueueDepth, targetQueueDepth], so the replicas hold there; above it
 scales up; at or below scaleDownQueueDepth for the whole scale-down stabilization window
-(300 s) it scales down, one pod a minute.
+(300 s) it scales down, by half the pods a minute (at least one, `SCALE_DOWN_PERCENT`).
 
 With a latency objective (spec.objective) and a measured capacity of the serving revision
 (decide/capacity.py; handed in as `target`, requests in flight per pod), the HPA targets the
@@ -19,7 +19,9 @@ latency guard's metrics (render/monitoring.py, `guard_rules`): each latency the 
 at its percentile over the serving pods and the last minute, at the objective's value. The HPA
 takes the largest of its metrics' recommendations, so the guard only ever adds replicas: at a
 live p95 TTFT 1.5x the objective it wants 1.5x the replicas, below the objective the capacity
-(or the band) decides. Idle, the guard's metrics read 0, so they never block a scale-down.
+(or the band) decides. Idle, the guard's metrics read 0, so they never block a scale-down. A
+breach counts once it held (render/monitoring.GUARD_HOLD: the guard's series is the lowest of
+the last 45 s), so a transient does not send the fleet towards maxReplicas.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from vllm_operator.render.monitoring import (
     guard_quantile,
     objective_guard,
 )
+
+# past the scale-down stabilization window, the HPA may remove this share of the pods a minute
+SCALE_DOWN_PERCENT = 50
 
 
 def quantity(x: float) -> str:
@@ -112,8 +117,14 @@ def render_hpa(
             "behavior": {
                 "scaleDown": {
                     "stabilizationWindowSeconds": a.scale_down_stabilization_seconds,
-                    # one replica at a time: a vLLM pod holds GPUs and a warm KV cache
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    # the window is the caution (the load stayed low for all of it); past it,
+                    # up to half the pods a minute (at least one), so a fleet sized for a peak
+                    # is back to what the load needs within minutes (one a minute took 28
+                    # minutes from 30 pods to 2)
+                    "policies": [
+                        {"type": "Pods", "value": 1, "periodSeconds": 60},
+                        {"type": "Percent", "value": SCALE_DOWN_PERCENT, "periodSeconds": 60},
+                    ],
                     "selectPolicy": "Max",
                 },
                 "scaleUp": {

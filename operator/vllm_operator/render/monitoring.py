@@ -77,9 +77,18 @@ WAITING_METRIC = "vllm:num_requests_waiting"
 # proportional rule with the objective as the target gives replicas x live / objective. With no
 # request in the window (histogram_quantile is NaN there) it is 0: a metric missing for an
 # idle service would stop the HPA scaling down.
+# A breach must hold: the series is the lowest of the percentile evaluated at GUARD_STEP over
+# the last GUARD_HOLD (a subquery: 3 evaluations in Prometheus 3's left-open ranges, 4 in 2.x),
+# so one transient (a burst that ends before a pod could start, a pod falling over while its
+# neighbours start) does not ask for replicas; a breach that lasts does, 30-45 s later.
 LIVE_TTFT_METRIC = "vllm_operator:live_ttft_seconds"
 LIVE_TPOT_METRIC = "vllm_operator:live_tpot_seconds"
-GUARD_WINDOW = "1m"
+GUARD_WINDOW_SECONDS = 60
+GUARD_STEP_SECONDS = 15
+GUARD_HOLD_SECONDS = 45
+GUARD_WINDOW = f"{GUARD_WINDOW_SECONDS // 60}m"
+GUARD_STEP = f"{GUARD_STEP_SECONDS}s"
+GUARD_HOLD = f"{GUARD_HOLD_SECONDS}s"
 # per request, as the benchmark's TPOT ((e2e - ttft) / (tokens - 1)); vLLM before 0.11 only had
 # the per-token histogram
 LIVE_HISTOGRAMS = {
@@ -389,7 +398,8 @@ def guard_rules(
     scope: Scope, percentiles: tuple[int, ...], metrics: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     """The live latency guard's per-pod series (LIVE_TTFT_METRIC, LIVE_TPOT_METRIC), one rule
-    per metric and percentile."""
+    per metric and percentile: the lowest of the service's percentile over GUARD_HOLD (a breach
+    that holds, not one evaluation's)."""
     serving = f'{CANARY_OF_LABEL}=""'
     pods = f"group by (namespace, service, pod) ({scope.sel(RUNNING_METRIC, serving)})"
     idle = f"0 * count by (namespace, service) ({scope.sel(RUNNING_METRIC, serving)})"
@@ -402,7 +412,8 @@ def guard_rules(
         )
         for p in percentiles:
             q = guard_quantile(p)
-            live = f"(histogram_quantile({q}, {rates}) >= 0) or {idle}"
+            now = f"(histogram_quantile({q}, {rates}) >= 0) or {idle}"
+            live = f"min_over_time(({now})[{GUARD_HOLD}:{GUARD_STEP}])"
             rules.append(
                 {
                     "record": metric,

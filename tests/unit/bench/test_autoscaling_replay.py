@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -78,10 +79,20 @@ def test_the_stabilisation_window_delays_a_scale_down(replay: ModuleType) -> Non
     while t < 300.0:
         assert hpa.desired(t, 4, idle, 0) == 4
         t += 15.0
-    # t=300: the 4 left the window; down, one pod (the 1-pod-per-60-s policy)
-    assert hpa.desired(300.0, 4, idle, 0) == 3
-    assert hpa.desired(315.0, 3, {replay.IN_FLIGHT_METRIC: [1.0] * 3}, 0) == 3
-    assert hpa.desired(360.5, 3, {replay.IN_FLIGHT_METRIC: [1.0] * 3}, 0) == 2
+    # t=300: the 4 left the window; down by the larger of 1 pod and 50% a minute: to 2
+    assert hpa.desired(300.0, 4, idle, 0) == 2
+    # the same minute: the period started at 4, 50% of it is spent
+    assert hpa.desired(315.0, 2, {replay.IN_FLIGHT_METRIC: [1.0] * 2}, 0) == 2
+    assert hpa.desired(360.5, 2, {replay.IN_FLIGHT_METRIC: [1.0] * 2}, 0) == 1
+
+
+def test_scale_in_past_the_window_is_half_the_pods_a_minute(replay: ModuleType) -> None:
+    hpa = in_flight_hpa(replay)
+    hpa.recommendations = [(0.0, 30)]
+    idle = {replay.IN_FLIGHT_METRIC: [0.5] * 30}
+    assert hpa.desired(301.0, 30, idle, 0) == 15  # int(30 x 0.5)
+    assert hpa.desired(362.0, 15, {replay.IN_FLIGHT_METRIC: [0.5] * 15}, 0) == 7
+    assert hpa.desired(423.0, 7, {replay.IN_FLIGHT_METRIC: [0.5] * 7}, 0) == 3
 
 
 def test_the_max_over_metrics_decides(replay: ModuleType) -> None:
@@ -138,12 +149,16 @@ def small_run(replay: ModuleType, seed: int, policy_name: str) -> dict:
     trace = replay.staged_ramp(1, cap.requests_per_second, time_scale=0.05)
     reqs = replay.arrivals(trace, seed)
     server = replay.ServerModel(replay.levels_from_sweep(doc), 16, doc["workload"]["outputTokens"])
+    cluster = replay.Cluster(startup_seconds=10.0)
+    if policy_name == "peak":
+        return replay.static_peak(
+            trace, reqs, server, objective=o, cluster=cluster, seed=seed, max_r=4
+        )
     chosen = next(
         p
-        for p in replay.policies(doc["objective"], cap, trace.peak_rate, 1, 4)
+        for p in replay.policies(doc["objective"], cap, trace.rate(0), server, min_r=1, max_r=4)
         if p.name == policy_name
     )
-    cluster = replay.Cluster(startup_seconds=10.0)
     return replay.simulate(trace, reqs, server, chosen, objective=o, cluster=cluster, seed=seed)
 
 
@@ -153,9 +168,16 @@ def test_a_seed_gives_the_same_replay(replay: ModuleType) -> None:
     assert small_run(replay, 6, "derived")["requests"] != a["requests"]
 
 
-def test_the_peak_policy_holds_its_replicas(replay: ModuleType) -> None:
+def test_the_peak_policy_is_the_fewest_static_replicas_that_hold_the_peak(
+    replay: ModuleType,
+) -> None:
     r = small_run(replay, 5, "peak")
-    assert {n for _, _, n in r["replicaChanges"]} == {2}  # 1.5 pods' capacity -> 2
+    # 1.5 pods' capacity: 2 at the measured rate miss the objective at the peak (each pod at
+    # 75% of its rate falls over the cliff at random); 3 hold it
+    tried = r["sizing"]
+    assert [t["replicas"] for t in tried] == [2, 3]
+    assert tried[0]["peakStageAttainment"] < 0.95 <= tried[1]["peakStageAttainment"]
+    assert {n for _, _, n in r["replicaChanges"]} == {3}
     assert r["timeline"] == []  # no HPA
 
 
@@ -163,12 +185,17 @@ def test_the_derived_policy_is_what_the_operator_renders(replay: ModuleType) -> 
     doc = json.loads(SWEEP.read_text())
     o = replay.ObjectiveSpec.model_validate(doc["objective"])
     cap = replay.ladder_capacity(doc, o)
-    derived, band, _ = replay.policies(doc["objective"], cap, 100.0, 1, 8)
+    server = replay.ServerModel(replay.levels_from_sweep(doc), 16, doc["workload"]["outputTokens"])
+    derived, band = replay.policies(doc["objective"], cap, 100.0, server, min_r=1, max_r=8)
     assert cap.concurrency_per_pod == pytest.approx(11.12)
     assert dict(derived.metrics) == {
         replay.IN_FLIGHT_METRIC: pytest.approx(8.9),  # 11.12 x 80%, rounded as rendered
         replay.LIVE_TTFT_METRIC: pytest.approx(0.07),
     }
     assert derived.down_window == 300
+    assert derived.down_rules == (("Pods", 1, 60.0), ("Percent", 50, 60.0))
+    # both HPAs start where the derived target holds the first stage: 100 req/s over one
+    # pod's rate at 8.9 in flight
+    assert derived.initial == band.initial == math.ceil(100.0 / server.rate_at(8.9))
     assert dict(band.metrics) == {replay.BAND_METRIC: 20.0}
     assert band.band == (20, 2)

@@ -615,28 +615,30 @@ def test_live_latency_guard_is_the_services_percentile_on_each_serving_pod_and_0
             for le, values in buckets.items()
         ]
 
-    # 10 requests a minute per pod for 5 minutes, then none: every TTFT in (0.5, 0.75] s and
-    # every TPOT in (0.025, 0.05] s, so p95 = 0.5 + 0.95 x 0.25 and 0.025 + 0.95 x 0.025
-    busy = "0+10x5 50x6"
+    # 10 requests a minute per pod for 5 minutes, then none, scraped every 15 s (the guard's
+    # hold is a 15 s subquery: each step needs two samples in its 1m rate): every TTFT in
+    # (0.5, 0.75] s and every TPOT in (0.025, 0.05] s, so p95 = 0.5 + 0.95 x 0.25 and
+    # 0.025 + 0.95 x 0.025, held for the whole hold
+    busy = "0+2.5x20 50x24"
     inputs: list[dict[str, str]] = []
     for pod in ("a", "b"):
-        inputs.append({"series": f"vllm:num_requests_running{{{labels(pod)}}}", "values": "1x12"})
+        inputs.append({"series": f"vllm:num_requests_running{{{labels(pod)}}}", "values": "1x44"})
         inputs += histogram(
             "vllm:time_to_first_token_seconds",
             pod,
-            {"0.5": "0x12", "0.75": busy, "+Inf": busy},
+            {"0.5": "0x44", "0.75": busy, "+Inf": busy},
         )
         inputs += histogram(
             "vllm:request_time_per_output_token_seconds",
             pod,
-            {"0.025": "0x12", "0.05": busy, "+Inf": busy},
+            {"0.025": "0x44", "0.05": busy, "+Inf": busy},
         )
     # the canary: every request 10x slower, on a pod of its own
-    inputs.append({"series": f"vllm:num_requests_running{{{labels('c', True)}}}", "values": "1x12"})
+    inputs.append({"series": f"vllm:num_requests_running{{{labels('c', True)}}}", "values": "1x44"})
     inputs += histogram(
         "vllm:time_to_first_token_seconds",
         "c",
-        {"0.75": "0x12", "10": busy, "+Inf": busy},
+        {"0.75": "0x44", "10": busy, "+Inf": busy},
         canary=True,
     )
 
@@ -664,7 +666,7 @@ def test_live_latency_guard_is_the_services_percentile_on_each_serving_pod_and_0
         promtool,
         tmp_path,
         rule["spec"]["groups"],
-        [{"interval": "1m", "input_series": inputs, "promql_expr_test": checks}],
+        [{"interval": "15s", "input_series": inputs, "promql_expr_test": checks}],
     )
     # the HPA's arithmetic on what promtool confirmed: 2 pods at p95 TTFT 0.7375 s against an
     # objective of 0.5 s want ceil(2 x 0.7375 / 0.5) = 3; idle, the guard wants 0 (max: others)

@@ -336,7 +336,11 @@ def test_tinyllama_hpa_exactly() -> None:
             "behavior": {
                 "scaleDown": {
                     "stabilizationWindowSeconds": 300,
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    # past the window: half the pods a minute, at least one
+                    "policies": [
+                        {"type": "Pods", "value": 1, "periodSeconds": 60},
+                        {"type": "Percent", "value": 50, "periodSeconds": 60},
+                    ],
                     "selectPolicy": "Max",
                 },
                 "scaleUp": {
