@@ -135,6 +135,12 @@ def test_a_cpu_service_serves_and_is_benchmarked_for_real(
     last = startup["last"]
     assert last["loadSeconds"] > 0, last
     assert last["readySeconds"] <= last["loadSeconds"], last
+    # the server's own timeline from the kubelet's stamps of its log: imports, then the server
+    # serving, then Ready (the probes' lag: at most the startup and the readiness probe's
+    # period, 10 s each, and the stamps' second)
+    assert last["importSeconds"] + last["serverSeconds"] <= last["serverReadySeconds"] + 1, last
+    assert last["serverReadySeconds"] <= last["readySeconds"] + 1, last
+    assert last["probeLagSeconds"] <= 2 * 10 + 2, last
     print(f"\nthe first pod's start: {json.dumps(last, sort_keys=True)}")
     bench = first["status"]["benchmark"]
     assert bench["outputTokensPerSecond"] > 0, bench

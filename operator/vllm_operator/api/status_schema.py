@@ -196,7 +196,17 @@ class PodStartStatus(_Model):
     )
     server_seconds: float | None = _secs(
         "vLLM's log from its first line to 'Application startup complete' (the server's own "
-        "figure of its start, to the second)"
+        "figure of its start)"
+    )
+    import_seconds: float | None = _secs(
+        "The container's start to vLLM's first log line (Python importing vLLM and torch; the "
+        "kubelet's stamps of the log)"
+    )
+    server_ready_seconds: float | None = _secs(
+        "The container's start to 'Application startup complete' (when the server could answer)"
+    )
+    probe_lag_seconds: float | None = _secs(
+        "'Application startup complete' to Ready: what the probes' period adds to the start"
     )
     slower_than_usual: float | None = Field(
         default=None,

@@ -16,9 +16,15 @@ alone knows:
     "Graph capturing finished in 5 secs, took 0.58 GiB"        -> graphCaptureSeconds
     "init engine (profile, create kv cache, warmup model) took 55.94 s"  -> engineInitSeconds
   and the time between its first line and "Application startup complete." (the API server
-  answering), from the lines' own timestamps (`INFO 12-06 19:45:21`: the server's clock, to the
-  second), `serverSeconds`: the server's own figure of its start, what `readySeconds` (the
-  container's start to Ready, Kubernetes' clock) is checked against.
+  answering), `serverSeconds`: the server's own figure of its start.
+  The log is read with the kubelet's per-line timestamps (`timestamps=true`: when each line was
+  written, to the nanosecond), so the same lines also give, on the container's timeline:
+  `importSeconds` (the container started -> vLLM's first line: Python importing vLLM and torch,
+  which vLLM's own figures leave out: 14-25 s of a GPU start), `serverReadySeconds` (started ->
+  "Application startup complete.": when the server could answer) and `probeLagSeconds`
+  ("Application startup complete." -> Ready: what the probes' period adds to every start).
+  Without kubelet stamps (a log read otherwise) serverSeconds comes from vLLM's own stamps
+  (`INFO 12-06 19:45:21`: to the second) and the three others are left out.
 
 `loadSeconds` is the whole start, created to Ready. A phase the log does not show (an older
 vLLM, a CPU build without graphs, a log rotated away) is left out, never guessed.
@@ -45,6 +51,8 @@ _ENGINE_FIGURES = {
 # `INFO 12-06 19:45:21 [api_server.py:677] ...` (vLLM's logger; month-day, no year or zone)
 _STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR)\s+(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 _SERVING = "Application startup complete"
+# the kubelet's stamp before each line of a log read with timestamps=true (RFC 3339, nanoseconds)
+_KUBELET = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d) ")
 _PULLED = re.compile(r"Successfully pulled image .* in ([0-9.]+)(ms|s|m)\b")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
@@ -62,26 +70,55 @@ def _seconds(a: dt.datetime | None, b: dt.datetime | None) -> float | None:
     return None if a is None or b is None else round((b - a).total_seconds(), 3)
 
 
-def engine_figures(log: str) -> dict[str, float]:
+def _stamped(line: str) -> tuple[dt.datetime | None, str]:
+    """A log line's kubelet stamp (None: the line has none) and the line without it."""
+    m = _KUBELET.match(line)
+    if m is None:
+        return None, line
+    fraction = (m[2] or "")[:6].ljust(6, "0")  # (datetime holds microseconds)
+    zone = "+00:00" if m[3] == "Z" else m[3]
+    return dt.datetime.fromisoformat(f"{m[1]}.{fraction}{zone}"), line[m.end() :]
+
+
+def engine_figures(
+    log: str, started: dt.datetime | None = None, ready: dt.datetime | None = None
+) -> dict[str, float]:
     """What vLLM's log says of its own start: the figures above that it printed, and
-    serverSeconds (its first line to "Application startup complete."). The first of each (a
-    restarted container's log is its own)."""
+    serverSeconds (its first line to "Application startup complete."); with the kubelet's
+    stamps and the container's `started` and `ready` times, importSeconds, serverReadySeconds
+    and probeLagSeconds. The first of each (a restarted container's log is its own)."""
     out: dict[str, float] = {}
-    for key, pattern in _ENGINE_FIGURES.items():
-        if m := pattern.search(log):
-            out[key] = float(m[1])
     first = latest = last = None
-    for line in log.splitlines():
+    first_at = serving_at = None
+    text = []
+    for raw in log.splitlines():
+        at, line = _stamped(raw)
+        text.append(line)
+        if first_at is None and at is not None and line.strip():
+            first_at = at
         if m := _STAMP.search(line):
             month, day, hour, minute, second = (int(x) for x in m.groups())
             latest = (month, day, hour, minute, second)
             first = first or latest
         if _SERVING in line:
-            # (uvicorn's own line has no stamp: the last stamped line before it)
-            last = latest
+            # (uvicorn's own line has no vLLM stamp: the last stamped line before it)
+            last, serving_at = latest, at
             break
-    if first is not None and last is not None:
+    body = "\n".join(text)
+    for key, pattern in _ENGINE_FIGURES.items():
+        if m := pattern.search(body):
+            out[key] = float(m[1])
+    if first_at is not None and serving_at is not None:
+        out["serverSeconds"] = round((serving_at - first_at).total_seconds(), 3)
+    elif first is not None and last is not None:
         out["serverSeconds"] = float(_span(first, last))
+    if started is not None and first_at is not None:
+        out["importSeconds"] = max(0.0, round((first_at - started).total_seconds(), 3))
+    if started is not None and serving_at is not None:
+        out["serverReadySeconds"] = max(0.0, round((serving_at - started).total_seconds(), 3))
+    if ready is not None and serving_at is not None:
+        # (Ready's stamp is to the second: a lag under a second may read as a little below 0)
+        out["probeLagSeconds"] = max(0.0, round((ready - serving_at).total_seconds(), 3))
     return out
 
 
@@ -164,7 +201,7 @@ def pod_start(
     ):
         if value is not None and value >= 0:
             phases[key] = value
-    phases |= engine_figures(log)
+    phases |= engine_figures(log, started, ready_at)
     load = _seconds(created, ready_at)
     assert load is not None
     return PodStart(

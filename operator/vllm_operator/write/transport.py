@@ -348,9 +348,14 @@ class Kube:
         return list(out.get("items", []))
 
     def pod_log(self, namespace: str, pod: str, container: str, limit_bytes: int) -> str:
-        """The first `limit_bytes` of a container's log (of its current run)."""
+        """The first `limit_bytes` of a container's log (of its current run), each line after
+        the kubelet's timestamp of it (RFC 3339, nanoseconds)."""
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
-        query = [("container", container), ("limitBytes", str(limit_bytes))]
+        query = [
+            ("container", container),
+            ("limitBytes", str(limit_bytes)),
+            ("timestamps", "true"),
+        ]
         try:
             return self._text("GET", path, query)
         except ApiException as exc:

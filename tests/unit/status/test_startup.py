@@ -3,6 +3,8 @@ on vLLM's own log of a real start (an H100, vLLM 0.26.0: benchmarks/gpu/results/
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ from vllm_operator.observe.startup import engine_figures, pod_start, pull_second
 from vllm_operator.reconcile import _slow_starts
 from vllm_operator.status.startup import _startup
 
+FIGURES = ("weightsSeconds", "modelLoadSeconds", "compileSeconds", "graphCaptureSeconds")
 LOG = (
     Path(__file__).resolve().parents[3]
     / "benchmarks/gpu/results/logs/issue35-h100/vllm-llama3-8b-2048.log"
@@ -120,3 +123,43 @@ def test_starts_are_recorded_once_per_revision_and_a_slow_one_is_marked() -> Non
     assert [e.reason for e in events] == ["SlowStart"]
     assert "2.5x the median" in events[0].message
     assert _slow_starts({"startup": slow}, {"startup": slow}) == []
+
+
+def kubelet_stamped(log: str, year: int = 2026) -> str:
+    """The log as the API server answers with timestamps=true: each line after the kubelet's
+    RFC 3339 stamp (here: vLLM's own stamp of the line, or the last one's, plus 0.25 s)."""
+    out, last = [], None
+    for line in log.splitlines():
+        if m := re.search(r"INFO (\d\d)-(\d\d) (\d\d:\d\d:\d\d)", line):
+            last = f"{year}-{m[1]}-{m[2]}T{m[3]}.250000000Z"
+        out.append(f"{last or f'{year}-12-06T19:43:48.000000000Z'} {line}")
+    return "\n".join(out)
+
+
+def test_the_kubelets_stamps_give_imports_the_servers_own_ready_and_the_probes_lag() -> None:
+    plain = LOG.read_text()
+    stamped = kubelet_stamped(plain)
+    # the container started 20 s before vLLM's first line (19:43:48); Ready came 7 s after
+    # "Application startup complete." (its line stamped as the line before it: 19:45:21.25)
+    started = dt.datetime(2026, 12, 6, 19, 43, 28, tzinfo=dt.UTC)
+    ready = dt.datetime(2026, 12, 6, 19, 45, 28, 250000, tzinfo=dt.UTC)
+    figures = engine_figures(stamped, started, ready)
+    # vLLM's own figures are read through the stamps unchanged
+    assert {k: v for k, v in figures.items() if k in FIGURES} == {
+        k: v for k, v in engine_figures(plain).items() if k in FIGURES
+    }
+    assert figures["importSeconds"] == 20.25
+    assert figures["serverSeconds"] == 93.0  # 19:43:48.25 -> 19:45:21.25
+    assert figures["serverReadySeconds"] == 113.25
+    assert figures["probeLagSeconds"] == 7.0
+    # without the kubelet's stamps: serverSeconds from vLLM's, the container timeline unknown
+    unstamped = engine_figures(plain, started, ready)
+    assert unstamped["serverSeconds"] == 93.0
+    assert not {"importSeconds", "serverReadySeconds", "probeLagSeconds"} & unstamped.keys()
+    # a pod read through pod_start carries them in its phases
+    p = pod("a", "u1", "2026-12-06T19:43:00Z", "2026-12-06T19:45:28Z")
+    p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] = "2026-12-06T19:43:28Z"
+    start = pod_start(p, "rev1", "vllm", (), stamped)
+    assert start is not None
+    assert start.phases["probeLagSeconds"] == 6.75  # (Ready's stamp is to the second)
+    assert start.phases["importSeconds"] == 20.25
