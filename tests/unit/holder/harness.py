@@ -69,16 +69,10 @@ def free_port() -> int:
 # ---------- the upstream: a vLLM stand-in ----------
 
 
-class Backend:
-    """/health: 503 until `ready`; /v1/completions: JSON, or SSE when `"stream": true` (each
-    event after the previous one was read by the test when `lockstep`); /v1/fail: 400."""
+class _LocalServer:
+    """A small real HTTP server on 127.0.0.1 at a free port (the holder's outside world)."""
 
     def __init__(self) -> None:
-        self.ready = False
-        self.received: list[str] = []  # the prompts, in the order their requests arrived
-        self.lockstep = False
-        self.steps: asyncio.Queue[None] = asyncio.Queue()
-        self.tokens = ["Hel", "lo", " wor", "ld"]
         self.port = free_port()
         self._runner: web.AppRunner | None = None
 
@@ -86,21 +80,40 @@ class Backend:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    async def _serve(self, app: web.Application) -> None:
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+class Backend(_LocalServer):
+    """/health: 503 until `ready`; /v1/completions: JSON, or SSE when `"stream": true` (each
+    event after the previous one was read by the test when `lockstep`); /v1/fail: 400."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+        self.received: list[str] = []  # the prompts, in the order their requests arrived
+        self.lockstep = False
+        self.steps: asyncio.Queue[None] = asyncio.Queue()
+        self.tokens = ["Hel", "lo", " wor", "ld"]
+
     async def up(self) -> None:
         app = web.Application()
         app.router.add_get("/health", self._health)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/fail", self._fail)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
+        await self._serve(app)
 
     async def down(self) -> None:
         """Gone, as a `-ready` Service without endpoints: connections are refused."""
         self.ready = False
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._stop()
 
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503)
@@ -137,27 +150,19 @@ class Patch:
     body: dict[str, Any]
 
 
-class ApiServer:
+class ApiServer(_LocalServer):
     def __init__(self) -> None:
+        super().__init__()
         self.patches: list[Patch] = []
         self.status = 200
-        self.port = free_port()
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     async def up(self) -> None:
         app = web.Application()
         app.router.add_patch("/{tail:.*}", self._patch)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await self._serve(app)
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._stop()
 
     async def _patch(self, request: web.Request) -> web.Response:
         self.patches.append(
