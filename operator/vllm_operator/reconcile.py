@@ -30,10 +30,12 @@ from vllm_operator.api.records import Capacity, Run
 from vllm_operator.api.settings import OperatorSettings
 from vllm_operator.api.spec import Service
 from vllm_operator.decide import capacity
+from vllm_operator.decide import zero as zero_phase
 from vllm_operator.decide.aim import aim
 from vllm_operator.decide.policy import Plan, Start, decide, describe, held_spec, restorable
 from vllm_operator.decide.progressive import Rollout, progress
 from vllm_operator.decide.startup import load_key, startup_budget, with_budget
+from vllm_operator.decide.zero import ZeroPlan, ZeroSeen, decide_zero
 from vllm_operator.observe.live import live_reader
 from vllm_operator.observe.read import observe
 from vllm_operator.observe.state import (
@@ -58,6 +60,7 @@ from vllm_operator.render.deployment import (
     replicas_managers,
     surge_refused,
 )
+from vllm_operator.render.holder import is_holder, with_zero
 from vllm_operator.render.monitoring import render_monitoring
 from vllm_operator.render.service import render_service
 from vllm_operator.status import compute_status
@@ -191,6 +194,55 @@ def served_spec(
     if held is not None and revision(render_pod_template(held, settings)) == revision(template):
         return seen.served_spec
     return served.spec.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def _zero_rendered(
+    svc: Service,
+    seen: Observed,
+    old_status: dict[str, Any],
+    settings: OperatorSettings,
+    rendered: list[dict[str, Any]],
+) -> tuple[ZeroPlan | None, list[dict[str, Any]]]:
+    """Scale to zero's decision and the children with its objects (as rendered: none)."""
+    zero = _zero_plan(svc, seen, old_status)
+    if zero is None or seen.zero is None:
+        return None, rendered
+    return zero, with_zero(
+        rendered,
+        svc,
+        settings,
+        replicas=zero.replicas,
+        holder_in_path=zero.holder_in_path,
+        services=seen.zero.services,
+        holder_pods=seen.zero.holder_pods,
+    )
+
+
+def _zero_plan(svc: Service, seen: Observed, old_status: dict[str, Any]) -> ZeroPlan | None:
+    """Scale to zero's decision from what was read and the phase last written."""
+    if seen.zero is None:
+        return None
+    recorded = (old_status.get("autoscaling") or {}).get("zero") or {}
+    # Ready pods as the Deployment's status says once it has seen its latest spec (its replicas
+    # just set to 0 or 1: the status of the count before is not this one's)
+    dep = seen.deployment or {}
+    status = dep.get("status") or {}
+    current = (status.get("observedGeneration") or 0) >= (
+        (dep.get("metadata") or {}).get("generation") or 0
+    )
+    ready = (status.get("readyReplicas") or 0) if current else 0
+    return decide_zero(
+        svc,
+        ZeroSeen(
+            phase=str(recorded.get("phase") or zero_phase.SERVING),
+            since=recorded.get("since"),
+            ready_pods=int(ready),
+            idle=seen.zero.idle,
+            wake_requested_at=svc.wake_requested_at,
+            holder_ready=bool(seen.zero.holder_pods),
+        ),
+        _now(),
+    )
 
 
 def with_revision(
@@ -343,8 +395,10 @@ def _pipeline(
             seen.waits_for_room and not rolled_out(seen.deployment or {"metadata": {}}),
         ),
     )
+    # scale to zero (autoscaling.minReplicas 0): the phase, the replicas it sets, the holder
+    zero, rendered = _zero_rendered(svc, seen, old_status, settings, rendered)
     served = served_spec(served_from, serving, seen, settings)
-    desired = [with_revision(m, seen.deployment, served) for m in rendered]
+    desired = [m if is_holder(m) else with_revision(m, seen.deployment, served) for m in rendered]
     meta = {"namespace": svc.namespace, "name": svc.name}
 
     # what was refused: a child other than what serves (a refusal of what serves, or a
@@ -379,6 +433,11 @@ def _pipeline(
             starts=seen.starts,  # (the first look's: the look after the writes reads none)
             load_keys={rev: load_key(svc), serving_rev: load_key(served_from)},
             probe_budget=serving_budget.as_status() if serving_budget is not None else None,
+            zero=(
+                {"phase": zero.phase, "since": zero.since, "message": zero.message}
+                if zero is not None
+                else None
+            ),
         )
 
     # apply (the one writer): the children, then the plan
@@ -528,6 +587,15 @@ BENCHMARK_WARNINGS = frozenset({"BenchmarkFailed", "BenchmarkTimedOut"}) | REFUS
 BAKE_WARNINGS = {"Inconclusive": "BakeInconclusive", "Skipped": "BakeSkipped"}
 
 
+def _zero_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    """One Normal event per scale-to-zero phase change (ScaledToZero, Waking, Serving)."""
+    before = ((old.get("autoscaling") or {}).get("zero") or {}).get("phase") or zero_phase.SERVING
+    after = (new.get("autoscaling") or {}).get("zero") or {}
+    if not after or after.get("phase") == before:
+        return []
+    return [Event("Normal", str(after["phase"]), str(after.get("message", "")))]
+
+
 def _slow_starts(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
     """A Warning per pod start much slower than its revision's earlier ones, once: a start is
     recorded once (by its uid), so it is new where the old status does not hold it."""
@@ -606,7 +674,7 @@ def _events(
         != ((was_r.get("bake") or {}).get("verdict"), was_r.get("revision"))
     ):
         events.append(Event("Warning", BAKE_WARNINGS[verdict], str(now_r.get("message", ""))))
-    events += _slow_starts(old, new)
+    events += _slow_starts(old, new) + _zero_events(old, new)
     # a rollback stays in force though this operator renders the pod templates differently
     # now: said once (the rollback's own Warning, when it begins now, says it already)
     was, now = old.get("benchmark") or {}, new.get("benchmark") or {}

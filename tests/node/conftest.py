@@ -106,6 +106,7 @@ def host_operator(
         extra_env={
             "VLLM_OPERATOR_BENCHMARK_IMAGE": "localhost/vllm-bench:dev",
             "VLLM_OPERATOR_CPU_IMAGE": "localhost/vllm-cpu:0.32.0",
+            "VLLM_OPERATOR_HOLDER_IMAGE": "localhost/vllm-holder:dev",
             # a canary's bake reads the node cluster's Prometheus (rollout.canary.bake)
             "VLLM_OPERATOR_PROMETHEUS_URL": real_cluster.prometheus_url,
             "VLLM_OPERATOR_SCRAPE_INTERVAL": PROMETHEUS_SCRAPE_INTERVAL,

@@ -94,6 +94,11 @@ class OperatorSettings(BaseSettings):
         default="ghcr.io/vllm-operator/vllm-bench:0.1.0",
         description="Default image of the benchmark Job (images/benchmark/Dockerfile).",
     )
+    holder_image: str = Field(
+        default="ghcr.io/vllm-operator/vllm-holder:0.1.0",
+        description="Image of the scale-to-zero holder (images/holder/Dockerfile), deployed in "
+        "a namespace where a service has autoscaling.minReplicas 0.",
+    )
     metrics_port: int = Field(
         default=8081, description="Port of the operator's own Prometheus metrics (0: off)."
     )

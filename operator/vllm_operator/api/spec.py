@@ -39,6 +39,8 @@ from vllm_operator.api.unknown_fields import known_fields
 RESERVED_ENV: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "VLLM_API_KEY", "VLLM_HOST_IP")
 # Setting it (any new value) starts a fresh benchmark run of the current revision
 RERUN_ANNOTATION = "serving.vllm-operator.dev/rerun-benchmark"
+# set by the namespace's scale-to-zero holder on the first held request of a burst (holder/)
+WAKE_ANNOTATION = "serving.vllm-operator.dev/wake-requested-at"
 # on a VLLMService: end a replica hold (autoscaling switched off) now, and start none
 RELEASE_HOLD_ANNOTATION = "serving.vllm-operator.dev/release-replicas-hold"
 # on a VLLMService, valued with the revision of the canary in progress (status.rollout.revision):
@@ -430,6 +432,27 @@ class ProbeSpec(_Model):
     )
 
 
+class HoldSpec(_Model):
+    """While a service is at zero: the bounds of the holder's queue for it."""
+
+    queue: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Requests held at most; beyond, 429 with Retry-After.",
+    )
+    timeout_seconds: int = Field(
+        default=900,
+        ge=10,
+        le=3600,
+        description="A request held longer is answered 503 with Retry-After (a GPU start takes "
+        "minutes: keep it above the revision's status.startup loadSeconds).",
+    )
+    retry_after_seconds: int = Field(
+        default=5, ge=1, le=600, description="The Retry-After of a 429 or 503."
+    )
+
+
 class AutoscalingSpec(_Model):
     """A HorizontalPodAutoscaler on the per-pod queue depth."""
 
@@ -439,6 +462,10 @@ class AutoscalingSpec(_Model):
                 cel(
                     "self.minReplicas <= self.maxReplicas",
                     "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+                ),
+                cel(
+                    "self.minReplicas > 0 || self.enabled",
+                    "autoscaling.minReplicas 0 (scale to zero) needs autoscaling.enabled",
                 ),
                 cel(
                     "self.scaleDownQueueDepth < self.targetQueueDepth",
@@ -454,7 +481,26 @@ class AutoscalingSpec(_Model):
         "(PrometheusRule or deploy/monitoring/vllm-alerts.rules.yaml) and prometheus-adapter "
         "(deploy/monitoring/prometheus-adapter-config.yaml) serving custom.metrics.k8s.io.",
     )
-    min_replicas: int = Field(default=2, ge=1, le=1000, description="Lower bound.")
+    min_replicas: int = Field(
+        default=2,
+        ge=0,
+        le=1000,
+        description="Lower bound. 0: scale to zero after idleSeconds without a request; while "
+        "no pod is Ready the namespace's holder (docs/design/scale-to-zero.md) holds the "
+        "Service's requests and asks for one replica (the HPA's own minReplicas is then 1: it "
+        "scales from one pod up).",
+    )
+    idle_seconds: int = Field(
+        default=900,
+        ge=120,
+        le=86_400,
+        description="minReplicas 0: how long the service must have had no request (none "
+        "finished, running or waiting, read from Prometheus) before it goes to zero.",
+    )
+    hold: HoldSpec = Field(
+        default_factory=HoldSpec,
+        description="minReplicas 0: how the holder keeps this service's requests at zero.",
+    )
     max_replicas: int = Field(default=16, ge=1, le=1000, description="Upper bound.")
     metric_name: str = Field(
         default="vllm:num_requests_waiting",
@@ -484,12 +530,19 @@ class AutoscalingSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _band(self) -> AutoscalingSpec:  # mirrors the CEL rule
+    def _band(self) -> AutoscalingSpec:  # mirrors the CEL rules
         if self.scale_down_queue_depth >= self.target_queue_depth:
             raise ValueError(
                 "autoscaling.scaleDownQueueDepth must be < autoscaling.targetQueueDepth"
             )
+        if self.min_replicas == 0 and not self.enabled:
+            raise ValueError("autoscaling.minReplicas 0 (scale to zero) needs autoscaling.enabled")
         return self
+
+    @property
+    def to_zero(self) -> bool:
+        """The service may scale to zero (minReplicas 0, autoscaling on)."""
+        return self.enabled and self.min_replicas == 0
 
 
 class BakeSpec(_Model):
@@ -1217,6 +1270,8 @@ class Service(_Model):
     # the promote / abort annotations' values: the canary revision to promote or abort now
     promote: str | None = None
     abort: str | None = None
+    # the holder's wake annotation (RFC 3339): a replica asked for by a held request
+    wake_requested_at: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Service:
@@ -1231,4 +1286,5 @@ class Service(_Model):
             release_hold=RELEASE_HOLD_ANNOTATION in (meta.get("annotations") or {}),
             promote=(meta.get("annotations") or {}).get(PROMOTE_ANNOTATION) or None,
             abort=(meta.get("annotations") or {}).get(ABORT_ANNOTATION) or None,
+            wake_requested_at=(meta.get("annotations") or {}).get(WAKE_ANNOTATION) or None,
         )

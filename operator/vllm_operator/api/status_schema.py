@@ -264,8 +264,22 @@ class StartupStatus(_Model):
     )
 
 
+class ZeroStatus(_Model):
+    """Scale to zero (autoscaling.minReplicas 0): the phase and when it began."""
+
+    phase: Literal["Serving", "ScaledToZero", "Waking"] = Field(
+        description="Serving: the HPA's replicas, the holder out of the path; ScaledToZero: no "
+        "pod, the namespace's holder takes the requests; Waking: a held request asked for a "
+        "replica, one is starting."
+    )
+    since: str | None = Field(default=None, description="When the phase began.")
+    message: str = Field(default="", description="Why, in words.")
+
+
 class AutoscalingStatus(_Model):
     """The HorizontalPodAutoscaler as its controller last reported it."""
+
+    zero: ZeroStatus | None = Field(default=None, description="Scale to zero's phase.")
 
     horizontal_pod_autoscaler: str | None = Field(default=None, description="The HPA's name.")
     current_replicas: int | None = Field(default=None, description="Replicas the HPA saw.")

@@ -70,6 +70,10 @@ class LiveReader(Protocol):
         LiveBudgetError rather than start a query past it (a reconcile's budget for its reads)."""
         ...
 
+    def idle(self, namespace: str, service: str, window_seconds: int) -> bool | None:
+        """Whether the service had no request in the last `window_seconds` (None: not known)."""
+        ...
+
     def workload(
         self, namespace: str, service: str, window_seconds: int, deadline: float | None = None
     ) -> LiveWorkload | None:
@@ -247,6 +251,14 @@ class PrometheusLive:
             itl_p99_floor=itl[1] if itl else None,
         )
 
+    def idle(self, namespace: str, service: str, window_seconds: int) -> bool | None:
+        """Whether the service had no request in the last `window_seconds` (is_idle())."""
+        got = {
+            key: _scalar(self._prom.custom_query(q, params={"timeout": f"{self._timeout:g}s"}))
+            for key, q in idle_queries(namespace, service, duration(window_seconds)).items()
+        }
+        return is_idle(got)
+
     def workload(
         self, namespace: str, service: str, window_seconds: int, deadline: float | None = None
     ) -> LiveWorkload | None:
@@ -272,3 +284,23 @@ def live_reader(url: str, scrape_interval: str = "15s") -> LiveReader | None:
     if key not in _readers:
         _readers[key] = PrometheusLive(url, min_window=min_window_seconds(scrape_interval))
     return _readers[key]
+
+
+def idle_queries(namespace: str, service: str, window: str) -> dict[str, str]:
+    """Whether the service's serving pods had any request in `window` (scale to zero): the
+    requests finished in it, and those running or waiting now."""
+    sel = f'namespace="{namespace}",service="{service}"'
+    return {
+        "finished": f"sum(increase(vllm:request_success_total{{{sel}}}[{window}]))",
+        "busy": f"sum(vllm:num_requests_running{{{sel}}})"
+        f" + sum(vllm:num_requests_waiting{{{sel}}})",
+    }
+
+
+def is_idle(got: dict[str, float | None]) -> bool | None:
+    """No request finished, running or waiting (None: Prometheus has no series of the service:
+    not known, so not idle)."""
+    finished, busy = got.get("finished"), got.get("busy")
+    if finished is None or busy is None:
+        return None
+    return finished < 0.5 and busy < 0.5  # (increase() extrapolates: not exactly 0)

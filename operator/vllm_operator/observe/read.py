@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any, Protocol
 
+from vllm_operator import API_VERSION, KIND
 from vllm_operator.api.records import LiveWorkload, Run
 from vllm_operator.api.spec import Service
 from vllm_operator.observe.benchresult import (
@@ -36,6 +37,7 @@ from vllm_operator.observe.state import (
     LiveFigures,
     Observed,
     PodProblem,
+    ZeroObserved,
     pod_problems,
     rolled_out,
     written_generation,
@@ -59,6 +61,7 @@ from vllm_operator.render.benchmark import (
 )
 from vllm_operator.render.canary import bake_endpoints_name, canary_name, canary_selector
 from vllm_operator.render.deployment import CONTAINER
+from vllm_operator.render.holder import HOLDER, SERVICES_ANNOTATION, services_hash, zero_services
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
 
@@ -332,6 +335,7 @@ def observe(
             recorded=recorded_startup,
             recorded_ready=recorded_ready,
         )
+    zero = None if after_writes else _zero(reader, svc, live)
     return Observed(
         deployment=deployment,
         hpa=hpa,
@@ -357,7 +361,43 @@ def observe(
         live_workload=workload,
         starts=starts,
         observed_at=stamp(now),
+        zero=zero,
     )
+
+
+def _zero(reader: Reader, svc: Service, live: LiveReader | None) -> ZeroObserved | None:
+    """What scale to zero reads (None: the service may not go to zero)."""
+    if not svc.spec.autoscaling.to_zero:
+        return None
+    bodies = reader.list_children(API_VERSION, KIND, svc.namespace, "")
+    services = []
+    for body in bodies:
+        try:
+            services.append(Service.from_body(body))
+        except ValueError:  # (an invalid spec of another service: it holds nothing)
+            continue
+    want = services_hash(s.name for s in zero_services([*services, svc], svc.namespace))
+    selector = f"app.kubernetes.io/name={HOLDER}"
+    pods = tuple(
+        sorted(
+            (p["metadata"]["name"], p["metadata"]["uid"], p["status"]["podIP"])
+            for p in reader.list_children("v1", "Pod", svc.namespace, selector)
+            if ((p.get("metadata") or {}).get("annotations") or {}).get(SERVICES_ANNOTATION) == want
+            and not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("podIP")
+            and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        )
+    )
+    idle: bool | None = None
+    if live is not None:
+        try:
+            idle = live.idle(svc.namespace, svc.name, svc.spec.autoscaling.idle_seconds)
+        except Exception as exc:  # noqa: BLE001  (Prometheus down or slow: not known)
+            log.warning("reading whether %s/%s is idle failed: %s", svc.namespace, svc.name, exc)
+    return ZeroObserved(services=tuple(services), holder_pods=pods, idle=idle)
 
 
 def _live_workload(

@@ -11,6 +11,7 @@ from typing import Any
 
 from vllm_operator import GROUP
 from vllm_operator.api.records import LiveWorkload, Run
+from vllm_operator.api.spec import Service
 from vllm_operator.observe.startup import PodStart
 from vllm_operator.render.benchmark import PREVIOUS_REVISION_ANNOTATION, REVISION_ANNOTATION
 
@@ -91,6 +92,15 @@ class Bake:
 
 
 @dataclass(frozen=True)
+class ZeroObserved:
+    """What scale to zero reads (observe/read.py _zero)."""
+
+    services: tuple[Service, ...] = ()
+    holder_pods: tuple[tuple[str, str, str], ...] = ()
+    idle: bool | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one reconcile reads, before it writes anything."""
 
@@ -129,6 +139,11 @@ class Observed:
     # when this was read, on the operator's clock (as the status writes times): a bake that
     # begins now is recorded as beginning then, and its elapsed time is read on the same clock
     observed_at: str = ""
+    # scale to zero (autoscaling.minReplicas 0; None: not read): the namespace's VLLMServices
+    # (what its holder is rendered from), the holder's Ready pods that hold this namespace's
+    # current set of services (name, uid, IP), and whether the service had no request for
+    # its idleSeconds (None: not known)
+    zero: ZeroObserved | None = None
 
     @property
     def waits_for_room(self) -> bool:

@@ -102,7 +102,9 @@ def render_hpa(
         "metadata": metadata(svc),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": svc.name},
-            "minReplicas": a.min_replicas,
+            # (autoscaling/v2 cannot scale from 0: at zero the operator sets 0 and 1 itself,
+            # decide/zero.py, and the HPA is inactive until its target has a replica)
+            "minReplicas": max(1, a.min_replicas),
             "maxReplicas": a.max_replicas,
             "metrics": [
                 {

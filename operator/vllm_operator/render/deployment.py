@@ -570,9 +570,10 @@ def decide_replicas(
     a = svc.spec.autoscaling
     held_for = str(svc.spec.replicas)
     if a.enabled:
+        floor = max(1, a.min_replicas)  # (zero is decide/zero.py's to set, not a floor)
         if live_replicas is None:
-            return a.min_replicas, held_for, None
-        return min(max(live_replicas, a.min_replicas), a.max_replicas), held_for, None
+            return floor, held_for, None
+        return min(max(live_replicas, floor), a.max_replicas), held_for, None
     if (
         live_replicas is not None
         and live_held == held_for

@@ -58,6 +58,7 @@ def compute_status(
     starts: tuple[PodStart, ...] = (),
     load_keys: Mapping[str, str] | None = None,
     probe_budget: dict[str, Any] | None = None,
+    zero: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`refused`: what this reconcile could not write or read of the children (the
     ChildrenSynced condition; None: not reported). A write refused (not a read: that is
@@ -89,6 +90,8 @@ def compute_status(
     autoscaling, autoscaling_conds = _autoscaling(svc, obs, settings, capacity)
     if autoscaling is not None:
         status["autoscaling"] = autoscaling
+        if zero is not None:  # (scale to zero's phase: decide/zero.py)
+            status["autoscaling"] = {**autoscaling, "zero": zero}
     if (shown_capacity := _capacity(svc, capacity, candidate, serving_revision)) is not None:
         status["capacity"] = shown_capacity
     conds += autoscaling_conds + _monitoring(svc, monitoring_crds)
