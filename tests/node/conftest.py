@@ -27,7 +27,7 @@ from vllm_localenv.cluster import (
     LocalCluster,
     Ports,
 )
-from vllm_localenv.operator_process import OperatorProcess, install
+from vllm_localenv.operator_process import OPERATOR_NAMESPACE, OperatorProcess, install
 
 NODE_STATE_DIR = REPO_ROOT / ".state" / "node-cluster"
 
@@ -91,6 +91,36 @@ def real_cluster() -> Iterator[LocalCluster]:
         yield lc
 
 
+@contextmanager
+def quiet_in_cluster_operator(lc: LocalCluster) -> Iterator[None]:
+    """The in-cluster operator that test_e2e deploys (deploy/local) and leaves running watches
+    every namespace and takes the same Lease as a host operator: with its own settings (no
+    Prometheus, no holder image) it would be the one acting on a later test's service. It is
+    scaled to 0 meanwhile (its pod gone before the caller goes on), then back."""
+    name = "deployment/vllm-operator"
+    found = lc.kubectl(
+        "get", name, "-n", OPERATOR_NAMESPACE, "--ignore-not-found", "-o", "name"
+    ).strip()
+    if found:
+        lc.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=0")
+        lc.kubectl(
+            "wait",
+            "--for=delete",
+            "pod",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=vllm-operator",
+            "--timeout=120s",
+            timeout=150,
+        )
+    try:
+        yield
+    finally:
+        if found:
+            lc.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=1")
+
+
 @pytest.fixture(scope="module")
 def host_operator(
     real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
@@ -112,9 +142,10 @@ def host_operator(
             "VLLM_OPERATOR_SCRAPE_INTERVAL": PROMETHEUS_SCRAPE_INTERVAL,
         },
     )
-    op.start()
-    yield op
-    op.stop()
+    with quiet_in_cluster_operator(real_cluster):
+        op.start()
+        yield op
+        op.stop()
 
 
 @contextmanager

@@ -19,29 +19,21 @@ from collections.abc import Iterator
 import pytest
 
 from tests.chart_support import CHART, helm, set_args
+from tests.node.conftest import quiet_in_cluster_operator
 from tests.node.test_pod_security_node import assert_serves_as_non_root
 from tests.support import SAMPLES, ready, wait_for
 from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.node import NODE_NAME
-from vllm_localenv.operator_process import OPERATOR_NAMESPACE
 
 pytestmark = [pytest.mark.node, pytest.mark.helm]
 
 
 @pytest.fixture
 def quiet_plain_operator(real_cluster: LocalCluster) -> Iterator[None]:
-    """The deploy/local operator other node tests leave running watches every namespace: it
-    is scaled to 0 meanwhile, so that only the chart's operator acts."""
-    name = "deployment/vllm-operator"
-    found = real_cluster.kubectl(
-        "get", name, "-n", OPERATOR_NAMESPACE, "--ignore-not-found", "-o", "name"
-    ).strip()
-    if found:
-        real_cluster.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=0")
-    yield
-    if found:
-        real_cluster.kubectl("scale", name, "-n", OPERATOR_NAMESPACE, "--replicas=1")
+    """Only the chart's operator acts (conftest.quiet_in_cluster_operator)."""
+    with quiet_in_cluster_operator(real_cluster):
+        yield
 
 
 @pytest.mark.timeout(1500)  # cluster start, image import, vLLM's start on CPU

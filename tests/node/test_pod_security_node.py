@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.node.conftest import quiet_in_cluster_operator
 from tests.support import items, post_accepted, sample, wait_for
 from vllm_localenv import model_volume
 from vllm_localenv.cluster import LocalCluster
@@ -50,11 +51,14 @@ def restricted_namespace(
         "pod-security.kubernetes.io/enforce-version=latest",
     )
     model_volume.create(lc, ns)
-    op.start()
     try:
-        yield lc, ns
+        with quiet_in_cluster_operator(lc):  # (the operator acting is this one)
+            op.start()
+            try:
+                yield lc, ns
+            finally:
+                op.stop()
     finally:
-        op.stop()
         lc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         model_volume.delete(lc, ns)
 

@@ -21,6 +21,7 @@ import pytest
 
 from tests.support import get, ready, sample, wait_for
 from vllm_localenv.cluster import LocalCluster
+from vllm_localenv.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.node
 NAMESPACE_PREFIX = "zero"
@@ -126,14 +127,38 @@ class Burst:
         return [r for r in self.results if not r["ok"]]
 
 
-def _at_zero(lc: LocalCluster, ns: str) -> None:
+def _why_not(lc: LocalCluster, ns: str, log: Path) -> str:
+    """What a failed wait reports: the zero status, the pods, the operator's lines about it."""
+    pods = [
+        (
+            p["metadata"]["name"],
+            (p.get("status") or {}).get("phase"),
+            [
+                c.get("type") + "=" + c.get("status")
+                for c in (p.get("status") or {}).get("conditions") or []
+            ],
+        )
+        for p in _pods(lc, ns, "app.kubernetes.io/name")
+    ]
+    lines = [
+        line
+        for line in log.read_text(errors="replace").splitlines()
+        if NAME in line or "idle" in line or "holder" in line or "Traceback" in line
+    ]
+    return f"zero status {_zero(lc, ns)}; pods {pods}; operator log: " + "\n".join(lines[-40:])
+
+
+def _at_zero(lc: LocalCluster, ns: str, log: Path) -> None:
     """Waits for the service at zero: its phase, no server pod, the holder's slice."""
-    wait_for(
-        "the service to go to zero after its idle period",
-        lambda: _zero(lc, ns).get("phase") == "ScaledToZero",
-        timeout=IDLE + 600,
-        every=3,
-    )
+    try:
+        wait_for(
+            "the service to go to zero after its idle period",
+            lambda: _zero(lc, ns).get("phase") == "ScaledToZero",
+            timeout=IDLE + 600,
+            every=3,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {_why_not(lc, ns, log)}") from exc
     wait_for("its server pods gone", lambda: not _pods(lc, ns, SERVER), timeout=300, every=2)
     wait_for(
         "the holder's EndpointSlice in the Service",
@@ -144,7 +169,7 @@ def _at_zero(lc: LocalCluster, ns: str) -> None:
 
 @pytest.mark.timeout(2400)
 def test_a_service_at_zero_holds_every_request_and_serves_them_all(
-    real_cluster: LocalCluster, model_namespace: str, tmp_path: Path
+    real_cluster: LocalCluster, model_namespace: str, host_operator: OperatorProcess
 ) -> None:
     lc, ns = real_cluster, model_namespace
     lc.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(_service()))
@@ -156,7 +181,7 @@ def test_a_service_at_zero_holds_every_request_and_serves_them_all(
     assert holder, "no holder pod in the namespace"
 
     for burst_no, n in ((1, 200), (2, 40)):
-        _at_zero(lc, ns)
+        _at_zero(lc, ns, host_operator.log_path)
         burst = Burst(url, n)
         burst.run()
         failed = burst.failed
