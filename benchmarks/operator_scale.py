@@ -680,6 +680,7 @@ class Bench:
     periods: int
     services_total: int = 0
     result_bytes: int = 0  # --result-bytes: each run's published result.json (0: none)
+    profile: Path | None = None  # --profile: the sampler's output (benchmarks/profiling)
 
     @property
     def pid(self) -> int:
@@ -728,10 +729,17 @@ class Bench:
     def noop_window(self) -> dict[str, Any]:
         """One or more resync intervals with nothing changing, measured from outside."""
         window = self.resync * self.periods
+        switch = self.profile.with_name(self.profile.name + ".on") if self.profile else None
+        if switch is not None:
+            switch.touch()
         m0, t0 = scrape(self.op.metrics_port), time.time()
         cpu0, io0 = cpu_seconds(self.pid), bytes_read(self.pid)
         time.sleep(window)
         cpu1, io1, t1 = cpu_seconds(self.pid), bytes_read(self.pid), time.time()
+        profile = None
+        if switch is not None and self.profile is not None:
+            switch.unlink()
+            profile = self.profiled(f"{self.services_total}")
         m1 = scrape(self.op.metrics_port)
         time.sleep(2)  # the audit log's last lines
         reqs = self.audit.between(t0, t1)
@@ -766,6 +774,29 @@ class Bench:
             if reconciles
             else None,
             "loadavg": loadavg(),
+            "profile": profile,
+        }
+
+    def profiled(self, label: str) -> dict[str, Any] | None:
+        """The sampler's figures of the window just measured (kept whole beside --out)."""
+        assert self.profile is not None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # (its last write, once the switch is gone)
+            with contextlib.suppress(OSError, ValueError):
+                body = json.loads(self.profile.read_text())
+                if time.time() - body["started"] - body["seconds"] < 5:
+                    break
+            time.sleep(0.5)
+        else:
+            return None
+        whole = self.profile.with_name(f"{self.profile.stem}-{label}.json")
+        whole.write_text(json.dumps(body, indent=1))
+        return {
+            "file": str(whole),
+            "seconds": body["seconds"],
+            "samples": body["samples"],
+            "cpu_seconds_by_thread_group": body["cpu_seconds_by_thread_group"],
+            "self_top": body["self"][:15],
         }
 
     def plain_rollout(self, size: int, timeout: float) -> dict[str, Any]:
@@ -1048,6 +1079,12 @@ def main() -> int:
         help="as each batch is Ready, publish a result.json of this size into every run's "
         "result ConfigMap (what its Job would: kwok's pods run nothing); a lab result is 366000",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the operator's CPU by thread and function during each no-op resync "
+        "(benchmarks/profiling/sitecustomize.py); the figures go here, one file per window",
+    )
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
@@ -1080,6 +1117,14 @@ def main() -> int:
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         results["operator"] = {"revision": f"{sha} + working tree"}
+    if args.profile:
+        args.profile = args.profile.resolve()
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+        profiling = str(REPO_ROOT / "benchmarks" / "profiling")
+        extra_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (profiling, extra_env.get("PYTHONPATH")) if p
+        )
+        extra_env["VLLM_BENCH_PROFILE"] = str(args.profile)
 
     total = sum(ladder) + args.rounds + args.baseline
     gpus = 64
@@ -1119,7 +1164,14 @@ def main() -> int:
             op.start(timeout=300)
             results["operator_start_seconds"] = round(time.monotonic() - t, 1)
             bench = Bench(
-                cluster, api, op, audit, args.resync, args.periods, result_bytes=args.result_bytes
+                cluster,
+                api,
+                op,
+                audit,
+                args.resync,
+                args.periods,
+                result_bytes=args.result_bytes,
+                profile=args.profile,
             )
             try:
                 time.sleep(10)
