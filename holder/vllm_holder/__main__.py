@@ -1,6 +1,8 @@
 """`python -m vllm_holder --config FILE`: the holder's entry point (its image's ENTRYPOINT).
 
-SIGTERM starts the drain: the service ports close at once, held and in-flight requests are
+SIGTERM starts the drain: the pod reports not Ready at once, the service ports take new
+connections for --accept-seconds more (until the Service's endpoints have dropped the pod) and
+then close; held and in-flight requests are
 kept until answered or until --grace-seconds have passed (the Deployment's
 terminationGracePeriodSeconds must be longer: docs/design/scale-to-zero.md), then exit 0.
 """
@@ -34,6 +36,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=600.0,
         help="after SIGTERM, how long held and in-flight requests are kept (default 600)",
+    )
+    p.add_argument(
+        "--accept-seconds",
+        type=float,
+        default=0.0,
+        help="after SIGTERM, how long the service ports still take new connections (default 0)",
     )
     p.add_argument("--poll-seconds", type=float, default=2.0, help="config file re-read period")
     p.add_argument(
@@ -82,6 +90,7 @@ async def serve(args: argparse.Namespace) -> int:
         host=args.host,
         admin_port=args.admin_port,
         grace_seconds=args.grace_seconds,
+        accept_seconds=args.accept_seconds,
         poll_seconds=args.poll_seconds,
         max_body_bytes=args.max_body_bytes,
         timing=Timing(

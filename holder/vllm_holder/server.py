@@ -36,6 +36,10 @@ class HolderSettings:
     host: str = "0.0.0.0"  # noqa: S104 (a pod's listener: the EndpointSlice points at the pod IP)
     admin_port: int = 9090
     grace_seconds: float = 600.0
+    # after SIGTERM, how long the service ports still take new connections (the pod is not
+    # Ready at once, but the Service's endpoints drop it only once the operator and kube-proxy
+    # have seen that: a connection in between is held here, not refused)
+    accept_seconds: float = 0.0
     poll_seconds: float = 2.0
     max_body_bytes: int = 8 * MiB
     timing: Timing = field(default_factory=Timing)
@@ -124,16 +128,22 @@ class Holder:
         self._poll_task = asyncio.ensure_future(self._poll())
 
     async def drain(self) -> None:
-        """SIGTERM: stop accepting on every service port at once (kube-proxy moves new
-        connections on), keep every held and in-flight request until it is answered or the
-        grace period ends, then answer what is still held with 503 and close."""
+        """SIGTERM: report not Ready at once, keep taking new connections for
+        `accept_seconds` (until the Service's endpoints have dropped this pod, kube-proxy
+        sends new ones here still), then stop accepting on every service port; keep every
+        held and in-flight request until it is answered or the grace period ends, then answer
+        what is still held with 503 and close."""
         self.draining = True
         if self._poll_task is not None:
             self._poll_task.cancel()
+        for lst in self.listeners.values():
+            lst.holder.draining = True
+        if self.settings.accept_seconds > 0:
+            log.info("draining: still accepting for %g s", self.settings.accept_seconds)
+            await asyncio.sleep(self.settings.accept_seconds)
         holders = [lst.holder for lst in self.listeners.values()]
         holders += list(self._retiring.values())
         for lst in self.listeners.values():
-            lst.holder.draining = True
             await lst.stop_accepting()
         busy = sum(h.active for h in holders)
         log.info(

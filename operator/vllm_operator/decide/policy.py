@@ -276,14 +276,16 @@ def held_spec(svc: Service, observed: Observed) -> Service | None:
 
 def canary_wanted(svc: Service, observed: Observed, rev: str) -> bool:
     """Revision `rev` is measured on a canary before it serves (rollout.canary): gates set,
-    and a Deployment that serves another revision, with replicas, whose spec is recorded."""
+    and a Deployment that serves another revision, whose spec is recorded, with replicas or
+    at zero by scale to zero (a spec change at zero is measured on a canary started for it,
+    not first served to the next request's wake)."""
     bench, dep = svc.spec.benchmark, observed.deployment
     return bool(
         svc.spec.rollout.canary_settings.enabled
         and bench.enabled
         and svc.spec.gated
         and dep is not None
-        and dep.get("spec", {}).get("replicas", 1) > 0
+        and (dep.get("spec", {}).get("replicas", 1) > 0 or svc.spec.autoscaling.to_zero)
         and observed.deployment_revision not in ("", rev)
         and held_spec(svc, observed) is not None
     )

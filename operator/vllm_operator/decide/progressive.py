@@ -192,7 +192,21 @@ def progress(svc: Service, observed: Observed, plan: Plan) -> tuple[Plan, Rollou
         )
     if verdict == PASSED or (verdict is not None and not rollback):
         passed = "passed its gates" if verdict == PASSED else "was measured (onFailure: Report)"
-        if svc.spec.rollout.canary_settings.bake is not None:
+        if svc.spec.rollout.canary_settings.bake is not None and _at_zero(observed):
+            # no live traffic to bake on (the holder answers the Service): said, not hidden
+            why = (
+                "its bake was skipped: the service is at zero (no live traffic to bake on); "
+                "promoted on its benchmark alone, never seen on live traffic"
+            )
+            promoting = dataclasses.replace(
+                base,
+                phase=PROMOTING,
+                bake_note=f"{rev} {BAKE_SKIPPED} {why}",
+                bake_verdict=BAKE_SKIPPED,
+                message=f"revision {rev} {passed} on the canary; not baked: the service is at "
+                "zero: the serving pods roll to it (at zero: the next wake starts it)",
+            )
+        elif svc.spec.rollout.canary_settings.bake is not None:
             promoting = _baking(svc, observed, plan, base, passed=passed, rollback=rollback)
         else:
             promoting = dataclasses.replace(
@@ -285,6 +299,13 @@ def _endpoint(observed: Observed, plan: Plan) -> BakeEndpoint | None:
 
 def _servable(pod: dict[str, Any]) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and pod_ready(pod)
+
+
+def _at_zero(observed: Observed) -> bool:
+    """The serving Deployment is at 0 replicas (scale to zero: only a service allowed to go
+    to zero has a canary there, decide/policy.py canary_wanted)."""
+    dep = observed.deployment
+    return dep is not None and (dep.get("spec") or {}).get("replicas", 1) == 0
 
 
 def _baking(

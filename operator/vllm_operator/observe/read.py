@@ -61,7 +61,7 @@ from vllm_operator.render.benchmark import (
 )
 from vllm_operator.render.canary import bake_endpoints_name, canary_name, canary_selector
 from vllm_operator.render.deployment import CONTAINER
-from vllm_operator.render.holder import HOLDER, SERVICES_ANNOTATION, services_hash, zero_services
+from vllm_operator.render.holder import HOLDER, holder_ports, pod_holds, zero_services
 from vllm_operator.render.meta import SERVICE_LABEL, selector_labels
 from vllm_operator.render.monitoring import MONITORING_API
 
@@ -376,13 +376,15 @@ def _zero(reader: Reader, svc: Service, live: LiveReader | None) -> ZeroObserved
             services.append(Service.from_body(body))
         except ValueError:  # (an invalid spec of another service: it holds nothing)
             continue
-    want = services_hash(s.name for s in zero_services([*services, svc], svc.namespace))
+    # a pod holds this service if it was started for it at the port it has now (any set:
+    # while the holder rolls to a new set, the old pods go on holding the services they had)
+    port = holder_ports(zero_services([*services, svc], svc.namespace))[svc.name]
     selector = f"app.kubernetes.io/name={HOLDER}"
     pods = tuple(
         sorted(
             (p["metadata"]["name"], p["metadata"]["uid"], p["status"]["podIP"])
             for p in reader.list_children("v1", "Pod", svc.namespace, selector)
-            if ((p.get("metadata") or {}).get("annotations") or {}).get(SERVICES_ANNOTATION) == want
+            if pod_holds(p).get(svc.name) == port
             and not p["metadata"].get("deletionTimestamp")
             and (p.get("status") or {}).get("podIP")
             and any(

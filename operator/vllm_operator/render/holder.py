@@ -1,8 +1,9 @@
 """The scale-to-zero holder of a namespace (docs/design/scale-to-zero.md; the component:
 holder/vllm_holder) and, per service, what points its Service at it.
 
-The namespace's objects (ServiceAccount, Role, RoleBinding, ConfigMap, Deployment, all named
-HOLDER) are a pure function of every service of the namespace that may go to zero
+The namespace's objects (ServiceAccount, Role, RoleBinding, ConfigMap, a Deployment of two
+pods on different nodes where there are two, a PodDisruptionBudget; all named HOLDER) are a
+pure function of every service of the namespace that may go to zero
 (autoscaling.minReplicas 0): each of their reconciles renders them byte for byte the same, so
 one field manager writes them without a fight. Their ownerReferences list every such service
 (none a controller), so the garbage collector removes them with the last; they carry no
@@ -10,14 +11,15 @@ service label, so a service's prune leaves them alone.
 
 Per service: `<name>-ready`, a Service selecting only its serving pods (what the holder
 forwards to: never the holder itself), and while the service has no Ready pod, the
-EndpointSlice `<name>-holder` that adds the holder's pod (at the service's own port of the
-holder) to the Service's endpoints.
+EndpointSlice `<name>-holder` that adds the holder's Ready pods that hold it (at the service's
+own port of the holder: HOLDS_FOR_ANNOTATION) to the Service's endpoints.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,6 +36,14 @@ COMPONENT = "holder"
 ADMIN_PORT = 9090
 CONFIG_DIR = "/etc/vllm-holder"
 GRACE_SECONDS = 600
+# after SIGTERM a holder pod still takes new connections this long (holder --accept-seconds):
+# the operator drops it from the services' slices on the pod's event, kube-proxy after that
+ACCEPT_SECONDS = 10
+# two pods on different nodes where there are two: a held request survives one pod's loss
+# (a node drained, the pod evicted or rolled), and each takes half of every service's queue
+REPLICAS = 2
+# the most holder pods a service's slice lists (REPLICAS and a rolling update's surge pod)
+SLICE_PODS = 3
 PORT_BASE, PORT_SPAN = 18000, 10000
 
 
@@ -66,14 +76,33 @@ def holder_ports(services: Iterable[Service]) -> dict[str, int]:
     return taken
 
 
-# on the holder's pod template: which set of services it holds for (services_hash)
-SERVICES_ANNOTATION = f"{GROUP}/holder-services"
+# on the holder's pod template: the services it was started for and the port of each
+# ({"name": port}); a pod holds a service only at the port its annotation gives it, so while
+# the set changes (a rolling update) the old pods go on holding the services they had
+HOLDS_FOR_ANNOTATION = f"{GROUP}/holds-for"
 
 
-def services_hash(names: Iterable[str]) -> str:
-    """The set of services a holder pod was started for (a pod with another set's hash has not
-    bound the ports of this one)."""
-    return hashlib.sha256(",".join(sorted(set(names))).encode()).hexdigest()[:10]
+def holds_for(ports: dict[str, int]) -> str:
+    """The annotation's value: the services a holder pod holds, at their ports."""
+    return json.dumps(dict(sorted(ports.items())), separators=(",", ":"))
+
+
+def pod_holds(pod: dict[str, Any]) -> dict[str, int]:
+    """The services a holder pod holds, at their ports ({} for another pod or a bad value)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(HOLDS_FOR_ANNOTATION)
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def queue_share(queue: int) -> int:
+    """Each holder pod's share of a service's hold.queue (kube-proxy spreads connections
+    over the pods; rounded up, so the whole queue is always held)."""
+    return max(1, math.ceil(queue / REPLICAS))
 
 
 def zero_services(services: Iterable[Service], namespace: str) -> list[Service]:
@@ -102,7 +131,7 @@ def holder_config(services: Iterable[Service], settings: OperatorSettings) -> di
                 "port": ports[s.name],
                 "backend": f"http://{ready_name(s)}.{s.namespace}.svc.{settings.cluster_domain}"
                 f":{s.spec.port}",
-                "queue": s.spec.autoscaling.hold.queue,
+                "queue": queue_share(s.spec.autoscaling.hold.queue),
                 "holdTimeoutSeconds": s.spec.autoscaling.hold.timeout_seconds,
                 "retryAfterSeconds": s.spec.autoscaling.hold.retry_after_seconds,
             }
@@ -130,8 +159,8 @@ def render_holder(
         {"name": f"s-{i}", "containerPort": e["port"], "protocol": "TCP"}
         for i, e in enumerate(config["services"].values())
     ]
-    # the pod restarts (drains) when the set of services changes, not when a bound does
-    set_hash = services_hash(config["services"])
+    # the pods roll (drain) when the set of services changes, not when a bound does
+    held = holds_for({name: e["port"] for name, e in config["services"].items()})
     probe = {"periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
     container = {
         "name": COMPONENT,
@@ -141,6 +170,7 @@ def render_holder(
             f"--admin-port={ADMIN_PORT}",
             f"--namespace={namespace}",
             f"--grace-seconds={GRACE_SECONDS}",
+            f"--accept-seconds={ACCEPT_SECONDS}",
         ],
         "ports": [{"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"}, *ports],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"}, **probe},
@@ -191,7 +221,7 @@ def render_holder(
             "kind": "Deployment",
             "metadata": meta,
             "spec": {
-                "replicas": 1,
+                "replicas": REPLICAS,
                 "selector": {"matchLabels": {"app.kubernetes.io/name": HOLDER}},
                 "strategy": {
                     "type": "RollingUpdate",
@@ -201,7 +231,7 @@ def render_holder(
                     "metadata": {
                         "labels": holder_labels(),
                         "annotations": {
-                            SERVICES_ANNOTATION: set_hash,
+                            HOLDS_FOR_ANNOTATION: held,
                             "prometheus.io/scrape": "true",
                             "prometheus.io/port": str(ADMIN_PORT),
                         },
@@ -210,7 +240,23 @@ def render_holder(
                         "serviceAccountName": HOLDER,
                         "containers": [container],
                         "volumes": [{"name": "config", "configMap": {"name": HOLDER}}],
-                        "terminationGracePeriodSeconds": GRACE_SECONDS + 30,
+                        "terminationGracePeriodSeconds": GRACE_SECONDS + ACCEPT_SECONDS + 30,
+                        # on different nodes where it can (preferred: one node still runs both)
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "preferredDuringSchedulingIgnoredDuringExecution": [
+                                    {
+                                        "weight": 100,
+                                        "podAffinityTerm": {
+                                            "labelSelector": {
+                                                "matchLabels": {"app.kubernetes.io/name": HOLDER}
+                                            },
+                                            "topologyKey": "kubernetes.io/hostname",
+                                        },
+                                    }
+                                ]
+                            }
+                        },
                         "enableServiceLinks": False,
                         "securityContext": {
                             "runAsNonRoot": True,
@@ -220,6 +266,16 @@ def render_holder(
                         },
                     },
                 },
+            },
+        },
+        {
+            # a voluntary disruption (a node drain) takes one holder pod at a time
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": meta,
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": {"matchLabels": {"app.kubernetes.io/name": HOLDER}},
             },
         },
     ]
@@ -299,7 +355,7 @@ def with_zero(
         else m
         for m in rendered
     ]
-    pods = list(holder_pods)
+    pods = sorted(holder_pods)[:SLICE_PODS]
     first = []
     if holder_in_path and pods:
         port = holder_ports(zero_services(everyone, svc.namespace))[svc.name]

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vllm_operator import metrics
 from vllm_operator.observe.benchresult import trim
+from vllm_operator.render.holder import pod_holds
 from vllm_operator.render.meta import MANAGED_BY, SERVICE_LABEL
 from vllm_operator.write.transport import Kube, _path
 
@@ -41,9 +42,14 @@ WATCHED: tuple[tuple[str, str, bool], ...] = (
     # a canary's bake (rollout.canary.bake): its EndpointSlice, gone or changed
     ("discovery.k8s.io/v1", "EndpointSlice", True),
     # read by observe (why a replica is not up) only; the Deployment's own status reports
-    # what a reconcile must react to, and pod problems are seen by the next resync
+    # what a reconcile must react to, and pod problems are seen by the next resync. Except a
+    # scale-to-zero holder's pod (HOLDER_WAKES): it wakes the services it holds for
     ("v1", "Pod", False),
 )
+# kinds whose objects wake, instead of an owner, the services their holds-for annotation
+# names (render/holder.py): a holder pod Ready, gone or terminating changes who is in the
+# slices of the services at zero, at once rather than at the next resync
+HOLDER_WAKES = frozenset({"Pod"})
 
 Key = tuple[str, str]
 
@@ -366,7 +372,7 @@ class Cache:
                     api_version,
                     kind,
                     namespace,
-                    self._wake if wakes else None,
+                    self._wake if wakes else self._wake_holding if kind in HOLDER_WAKES else None,
                     timeout_seconds=timeout_seconds,
                 )
 
@@ -386,6 +392,12 @@ class Cache:
         service = (meta.get("labels") or {}).get(SERVICE_LABEL)
         if service and meta.get("namespace"):
             self.on_owner(str(meta["namespace"]), str(service))
+
+    def _wake_holding(self, _: str, obj: dict[str, Any]) -> None:
+        namespace = obj["metadata"].get("namespace")
+        if namespace:
+            for service in pod_holds(obj):
+                self.on_owner(str(namespace), service)
 
     def _informer(self, api_version: str, kind: str, namespace: str) -> Informer | None:
         """The synced informer that holds `kind` objects of `namespace`, if any."""

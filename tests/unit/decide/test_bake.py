@@ -214,6 +214,9 @@ class Live:
         self.reads.append(selector)
         return self.canary if selector.startswith("pod=") else self.stable
 
+    def idle(self, namespace: str, service: str, seconds: int) -> bool:
+        return False  # (scale to zero's read: never idle here)
+
 
 BAKE = {"canary": {"bake": {"seconds": 60, "minRequests": 20}}}
 
@@ -734,3 +737,52 @@ def test_a_bake_the_canary_would_take_too_much_of_the_traffic_for_is_skipped_and
     reconciled(api)
     assert rollout(api)["phase"] == "Baking"
     assert SLICE in api.objects
+
+
+TO_ZERO = {"enabled": True, "minReplicas": 0, "idleSeconds": 600}
+
+
+@pytest.mark.parametrize("at_zero", [True, False])
+def test_a_spec_change_at_zero_is_measured_on_a_canary_and_promoted_without_a_bake(
+    live: Live, at_zero: bool
+) -> None:
+    """At zero (scale to zero) a gated spec change still starts a canary, measured like any
+    other; with no live traffic to bake on, a passing canary is promoted on its benchmark
+    alone, and the status says so. The control: the same service serving bakes."""
+    api = FakeApi(SETTINGS)
+    apply_spec(api, 8, autoscaling=TO_ZERO, rollout=BAKE)
+    rolled_out(api)
+    reconciled(api)
+    publish(api, run_name(svc(8), rev(8)), 60)
+    reconciled(api)
+    if at_zero:
+        status = api.objects[PATH]["status"]
+        status.setdefault("autoscaling", {})["zero"] = {
+            "phase": "ScaledToZero",
+            "since": "2030-01-01T00:00:00Z",
+        }
+        reconciled(api)
+        assert api.objects[DEP]["spec"]["replicas"] == 0
+    apply_spec(api, 16, autoscaling=TO_ZERO, rollout=BAKE)
+    # measured on a canary, whether or not the serving Deployment is at zero
+    assert api.objects[CANARY]["spec"]["replicas"] == 1
+    assert serving_revision(api) == rev(8)
+    rolled_out(api, name="minimal-canary")
+    reconciled(api)
+    publish(api, run_name(svc(16), rev(16)), 70)
+    reconciled(api)
+    if not at_zero:
+        assert rollout(api)["phase"] == "Baking"
+        assert SLICE in api.objects
+        return
+    assert rollout(api)["phase"] == "Promoting"
+    assert "not baked: the service is at zero" in rollout(api)["message"]
+    assert rollout(api)["bake"]["verdict"] == "Skipped"
+    assert SLICE not in api.objects
+    assert serving_revision(api) == rev(16)
+    assert api.objects[DEP]["spec"]["replicas"] == 0  # still at zero: the next wake starts 16
+    assert api.objects[PATH]["status"]["autoscaling"]["zero"]["phase"] == "ScaledToZero"
+    rolled_out(api)
+    reconciled(api)
+    assert rollout(api)["phase"] == "Promoted"
+    assert "its bake was skipped: the service is at zero" in rollout(api)["message"]

@@ -18,6 +18,7 @@ from vllm_operator.decide.zero import SCALED_TO_ZERO, SERVING, WAKING, ZeroSeen,
 from vllm_operator.observe.live import idle_queries, is_idle
 from vllm_operator.reconcile import reconcile
 from vllm_operator.render.autoscaling import render_hpa
+from vllm_operator.render.holder import holder_ports, holds_for
 from vllm_operator.write.apply import _path
 
 ZERO = {"autoscaling": {"enabled": True, "minReplicas": 0, "idleSeconds": 600}}
@@ -213,3 +214,60 @@ def test_the_reconcile_takes_a_service_to_zero_and_back(monkeypatch: pytest.Monk
     rolled_out(api)
     assert reconciled()["phase"] == SERVING
     assert _path("discovery.k8s.io/v1", "EndpointSlice", "ns", "minimal-holder") not in api.objects
+
+
+def _holder_pod(name: str, ip: str, holds: dict[str, int], **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "labels": {"app.kubernetes.io/name": "vllm-holder"},
+            "annotations": {"serving.vllm-operator.dev/holds-for": holds_for(holds)},
+            **meta,
+        },
+        "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_the_slice_lists_every_ready_holder_pod_that_holds_the_service_at_its_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the holder rolls to a new set of services, a pod started for the old set still
+    holds this service (at the same port); a pod that holds it at another port, holds only
+    others, or is terminating is not in its slice."""
+    reader = Idle()
+    reader.state = True
+    monkeypatch.setattr("vllm_operator.reconcile.live_reader", lambda url, interval: reader)
+    clock = {"now": "2030-01-01T00:00:00Z"}
+    monkeypatch.setattr("vllm_operator.reconcile._now", lambda: clock["now"])
+    api = FakeApi(SETTINGS)
+    api.put(PATH, body("minimal", {**ZERO, "benchmark": {"enabled": False}}))
+    other = body("minimal", {**ZERO, "benchmark": {"enabled": False}})
+    other["metadata"].update(name="other", uid="uid-other")
+    api.put(_path(API_VERSION, "VLLMService", "ns", "other"), other)
+    reconcile(copy.deepcopy(api.objects[PATH]), api, SETTINGS)
+    rolled_out(api)
+    both = [Service.from_body(api.objects[PATH]), Service.from_body(other)]
+    port = holder_ports(both)["minimal"]
+    assert holder_ports([both[0]])["minimal"] == port  # (its port alone and beside "other")
+    gone = {"deletionTimestamp": "2030-01-01T00:59:00Z"}
+    for pod in (
+        _holder_pod("vllm-holder-old", "10.1.0.1", {"minimal": port}),  # the old set
+        _holder_pod("vllm-holder-new", "10.1.0.2", holder_ports(both)),  # the new set
+        _holder_pod("vllm-holder-moved", "10.1.0.3", {"minimal": port + 1}),
+        _holder_pod("vllm-holder-others", "10.1.0.4", {"other": holder_ports(both)["other"]}),
+        _holder_pod("vllm-holder-leaving", "10.1.0.5", {"minimal": port}, **gone),
+    ):
+        api.put(_path("v1", "Pod", "ns", pod["metadata"]["name"]), pod)
+    clock["now"] = "2030-01-01T01:00:00Z"
+    reconcile(copy.deepcopy(api.objects[PATH]), api, SETTINGS)
+    assert api.objects[PATH]["status"]["autoscaling"]["zero"]["phase"] == SCALED_TO_ZERO
+    slice_ = api.objects[_path("discovery.k8s.io/v1", "EndpointSlice", "ns", "minimal-holder")]
+    assert [e["targetRef"]["name"] for e in slice_["endpoints"]] == [
+        "vllm-holder-new",
+        "vllm-holder-old",
+    ]
+    assert slice_["ports"][0]["port"] == port

@@ -367,7 +367,9 @@ async def refused(port: int) -> bool:
     return False
 
 
-def holder_command(config: Path, admin_port: int, api: ApiServer, token: Path) -> list[str]:
+def holder_command(
+    config: Path, admin_port: int, api: ApiServer, token: Path, *extra: str
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -388,4 +390,5 @@ def holder_command(config: Path, admin_port: int, api: ApiServer, token: Path) -
         "0.2",
         "--grace-seconds",
         "120",
+        *extra,
     ]

@@ -106,6 +106,40 @@ def test_the_cache_does_not_answer_before_its_watch_listed() -> None:
     assert woken == [("ns", "s")]  # the owner, from the service label
 
 
+def test_a_holder_pod_wakes_the_services_it_holds_for_and_other_pods_wake_no_one() -> None:
+    woken: list[tuple[str, str]] = []
+    cache = Cache(
+        None,  # type: ignore[arg-type]
+        ["ns"],
+        lambda ns, name: woken.append((ns, name)),
+        watched=(("v1", "Pod", False),),
+    )
+    informer = cache.informers[("v1", "Pod", "ns")]
+    informer.synced.set()
+
+    def pod(name: str, rv: int, annotations: dict[str, str], ready: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "resourceVersion": str(rv),
+                "labels": OURS,
+                "annotations": annotations,
+            },
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        }
+
+    holds = {"serving.vllm-operator.dev/holds-for": '{"chat":18001,"embed":18002}'}
+    informer._handle({"type": "ADDED", "object": pod("vllm-holder-x", 1, holds, "False")})
+    assert woken == [("ns", "chat"), ("ns", "embed")]
+    informer._handle({"type": "MODIFIED", "object": pod("vllm-holder-x", 2, holds, "True")})
+    assert woken[2:] == [("ns", "chat"), ("ns", "embed")]
+    # a serving pod (no holds-for) wakes no one: its Deployment's status does
+    informer._handle({"type": "ADDED", "object": pod("chat-abc", 3, {}, "True")})
+    assert len(woken) == 4
+    assert cache.lookup("v1", "Pod", "ns", "chat-abc")[0] is True  # (the event was handled)
+
+
 def test_paths_and_verbs() -> None:
     assert parse_path("/apis/apps/v1/namespaces/n/deployments/x") == (
         "apps/v1",
