@@ -439,7 +439,8 @@ class HoldSpec(_Model):
         default=1000,
         ge=1,
         le=100_000,
-        description="Requests held at most; beyond, 429 with Retry-After.",
+        description="Requests held at most; beyond, 429 with Retry-After. The holder's two "
+        "pods take half each (rounded up): kube-proxy spreads connections over them.",
     )
     timeout_seconds: int = Field(
         default=900,

@@ -38,7 +38,7 @@ CONFIG_DIR = "/etc/vllm-holder"
 GRACE_SECONDS = 600
 # after SIGTERM a holder pod still takes new connections this long (holder --accept-seconds):
 # the operator drops it from the services' slices on the pod's event, kube-proxy after that
-ACCEPT_SECONDS = 10
+ACCEPT_SECONDS = 20
 # two pods on different nodes where there are two: a held request survives one pod's loss
 # (a node drained, the pod evicted or rolled), and each takes half of every service's queue
 REPLICAS = 2

@@ -122,9 +122,9 @@ def test_two_pods_on_different_nodes_where_they_can_and_one_disrupted_at_a_time(
         "selector": {"matchLabels": {"app.kubernetes.io/name": HOLDER}},
     }
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--accept-seconds=10" in args
+    assert "--accept-seconds=20" in args
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > 600 + 10  # the accept window and the drain both fit
+    assert grace > 600 + 20  # the accept window and the drain both fit
 
 
 def test_the_queue_is_split_between_the_pods_rounded_up() -> None:
