@@ -38,7 +38,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the node tier's fixtures (tests/node/conftest.py), reused
 
 from tests.node.conftest import namespace_with_model, node_cluster, sweep_leftovers  # noqa: E402
-from tests.support import items, ready, sample, stream_completion, wait_for  # noqa: E402
+from tests.support import (  # noqa: E402
+    CPU_BENCH,
+    items,
+    ready,
+    sample,
+    stream_completion,
+    wait_for,
+)
 
 from vllm_localenv.cluster import PROMETHEUS_SCRAPE_INTERVAL, LocalCluster  # noqa: E402
 from vllm_localenv.operator_process import OperatorProcess, install  # noqa: E402
@@ -129,14 +136,7 @@ class BakeWatch:
         return r
 
 
-BENCH = {
-    "enabled": True,
-    "scenarios": ["streaming"],
-    "timeoutSeconds": 900,
-    "onFailure": "Rollback",
-    "args": ["--streaming-requests", "8", "--output-tokens", "16", "--warmup-requests", "1"],
-    "thresholds": {"maxTtftP95Seconds": 120},
-}
+BENCH = CPU_BENCH
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import get, ready, sample, wait_for
+from tests.support import CPU_BENCH, get, ready, sample, wait_for
 from vllm_localenv.cluster import LocalCluster
 from vllm_localenv.operator_process import OperatorProcess
 
@@ -246,14 +246,7 @@ def _patch(lc: LocalCluster, ns: str, spec: dict[str, Any]) -> None:
     )
 
 
-BENCH = {
-    "enabled": True,
-    "scenarios": ["streaming"],
-    "timeoutSeconds": 900,
-    "onFailure": "Rollback",
-    "args": ["--streaming-requests", "8", "--output-tokens", "16", "--warmup-requests", "1"],
-    "thresholds": {"maxTtftP95Seconds": 120},
-}
+BENCH = CPU_BENCH
 BAKE = {"seconds": 60, "minRequests": 5}
 
 

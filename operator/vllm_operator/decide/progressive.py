@@ -192,7 +192,7 @@ def progress(svc: Service, observed: Observed, plan: Plan) -> tuple[Plan, Rollou
         )
     if verdict == PASSED or (verdict is not None and not rollback):
         passed = "passed its gates" if verdict == PASSED else "was measured (onFailure: Report)"
-        if svc.spec.rollout.canary_settings.bake is not None and _at_zero(observed):
+        if svc.spec.rollout.canary_settings.bake is not None and _serving_at_zero(observed):
             # no live traffic to bake on (the holder answers the Service): said, not hidden
             why = (
                 "its bake was skipped: the service is at zero (no live traffic to bake on); "
@@ -301,7 +301,7 @@ def _servable(pod: dict[str, Any]) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and pod_ready(pod)
 
 
-def _at_zero(observed: Observed) -> bool:
+def _serving_at_zero(observed: Observed) -> bool:
     """The serving Deployment is at 0 replicas (scale to zero: only a service allowed to go
     to zero has a canary there, decide/policy.py canary_wanted)."""
     dep = observed.deployment

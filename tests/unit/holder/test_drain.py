@@ -12,6 +12,7 @@ import aiohttp
 
 from tests.unit.holder.harness import (
     WAIT_SECONDS,
+    World,
     complete,
     free_port,
     holder_command,
@@ -70,11 +71,7 @@ async def test_sigterm_closes_the_ports_and_answers_what_is_held(tmp_path: Path)
         assert sorted(w.backend.received) == ["held-plain", "held-stream"]
         assert await asyncio.wait_for(proc.wait(), WAIT_SECONDS) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        out = await proc.stdout.read() if proc.stdout else b""
-        await w.close()
+        out = await _finish(proc, w)
     assert b"draining" in out, out.decode()[-2000:]
 
 
@@ -114,12 +111,19 @@ async def test_sigterm_with_an_accept_window_holds_connections_that_come_in_it(
         assert (answer.status, answer.json()["prompt"]) == (200, "came-after-sigterm")
         assert await asyncio.wait_for(proc.wait(), WAIT_SECONDS) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        out = await proc.stdout.read() if proc.stdout else b""
-        await w.close()
+        out = await _finish(proc, w)
     assert b"still accepting for 20 s" in out, out.decode()[-2000:]
+
+
+async def _finish(proc: asyncio.subprocess.Process, w: World) -> bytes:
+    """The holder process stopped (killed if it is still running) and its output; the
+    world closed."""
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+    out = await proc.stdout.read() if proc.stdout else b""
+    await w.close()
+    return out
 
 
 async def _is(admin_port: int, path: str, status: int) -> bool:

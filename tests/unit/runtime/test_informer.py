@@ -37,6 +37,16 @@ def _informer(events: list[tuple[str, str]] | None = None) -> Informer:
     )
 
 
+def _cache(woken: list[tuple[str, str]], watched: tuple[str, str, bool]) -> Cache:
+    """A cache of one watched kind in namespace "ns" (no requests), its wakes into `woken`."""
+    return Cache(
+        None,  # type: ignore[arg-type]  # no requests in these tests
+        ["ns"],
+        lambda ns, name: woken.append((ns, name)),
+        watched=(watched,),
+    )
+
+
 def test_selectors() -> None:
     assert parse_selector("a=b, c==d") == {"a": "b", "c": "d"}
     assert parse_selector("") == {}
@@ -90,12 +100,7 @@ def test_written_ignores_objects_the_watch_would_not_carry() -> None:
 
 def test_the_cache_does_not_answer_before_its_watch_listed() -> None:
     woken: list[tuple[str, str]] = []
-    cache = Cache(
-        None,  # type: ignore[arg-type]
-        ["ns"],
-        lambda ns, name: woken.append((ns, name)),
-        watched=(("v1", "ConfigMap", True),),
-    )
+    cache = _cache(woken, ("v1", "ConfigMap", True))
     assert cache.lookup("v1", "ConfigMap", "ns", "a") == (False, None)
     assert cache.select("v1", "ConfigMap", "ns", "x=y") is None
     assert cache.lookup("apps/v1", "Deployment", "ns", "a") == (False, None)  # not watched
@@ -108,12 +113,7 @@ def test_the_cache_does_not_answer_before_its_watch_listed() -> None:
 
 def test_a_holder_pod_wakes_the_services_it_holds_for_and_other_pods_wake_no_one() -> None:
     woken: list[tuple[str, str]] = []
-    cache = Cache(
-        None,  # type: ignore[arg-type]
-        ["ns"],
-        lambda ns, name: woken.append((ns, name)),
-        watched=(("v1", "Pod", False),),
-    )
+    cache = _cache(woken, ("v1", "Pod", False))
     informer = cache.informers[("v1", "Pod", "ns")]
     informer.synced.set()
 
